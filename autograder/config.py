@@ -1,0 +1,42 @@
+"""Grading settings: the package's grading.toml, or the file FUSION_COURSE_GRADING names."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from pathlib import Path
+
+DEFAULT_PATH = Path(__file__).with_name("grading.toml")
+ENV_VAR = "FUSION_COURSE_GRADING"
+
+
+@dataclasses.dataclass(frozen=True)
+class GradingConfig:
+    trials: int = 3
+    secret_seed: int = 0
+    require_performance: bool = False
+    performance: dict = dataclasses.field(default_factory=dict)  # exercise id -> {setting: value}
+    source: str = ""
+
+    def perf_setting(self, exercise_id: str, key: str, default: float) -> float:
+        return float(self.performance.get(exercise_id, {}).get(key, default))
+
+
+def load(path: str | os.PathLike | None = None) -> GradingConfig:
+    path = Path(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)
+    if not path.is_file():
+        raise FileNotFoundError(f"grading configuration {str(path)!r} (from ${ENV_VAR}) does not exist")
+    with open(path, "rb") as f:
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"grading configuration {path}: {e}") from None
+    known = {f.name for f in dataclasses.fields(GradingConfig)} - {"source"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"grading configuration {path}: unknown settings {sorted(unknown)}; known: {sorted(known)}")
+    cfg = GradingConfig(**raw, source=str(path))
+    if cfg.trials < 1:
+        raise ValueError(f"grading configuration {path}: trials must be at least 1, got {cfg.trials}")
+    return cfg

@@ -1,0 +1,347 @@
+"""The four criteria for Triton kernel exercises: correctness, precision, performance, fusion."""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+
+import numpy as np
+import torch
+
+from . import device as device_mod
+from . import runtime
+from .config import GradingConfig
+from .report import FAILED, PASSED, SKIPPED, CriterionResult
+from .sandbox import Guarded, TritonLaunches, Watch, poison_value, quiet
+from .secret import EXTRA_SHAPES
+from .specs import KernelExercise, Shape
+from .timing import bench_ms
+
+MAX_LISTED = 5
+
+
+def _sync():
+    if runtime.has_gpu():
+        torch.cuda.synchronize()
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def graded_dtypes() -> list[torch.dtype]:
+    # bf16 arithmetic is wrong in Triton's interpreter, so bf16 is graded on a GPU only.
+    dts = [torch.float32, torch.float16]
+    return dts + [torch.bfloat16] if runtime.has_gpu() else dts
+
+
+def _seed(base: int, *parts) -> int:
+    h = base
+    for p in parts:
+        for ch in str(p):
+            h = (h * 1000003 + ord(ch)) % (2**62)
+    return h
+
+
+def _inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    return ex.make_inputs(shape, dtype, device or runtime.device(), gen)
+
+
+def _student_error(exc: BaseException, function: str) -> str:
+    if isinstance(exc, NotImplementedError):
+        return f"{function} raised NotImplementedError: the exercise is not done yet"
+    frames = traceback.extract_tb(exc.__traceback__)
+    library = ("site-packages", "dist-packages", os.sep + "autograder" + os.sep, os.sep + "triton" + os.sep)
+    where = ""
+    for fr in reversed(frames):  # the innermost frame in the student's own code
+        if not any(part in fr.filename for part in library):
+            where = f" (at {os.path.basename(fr.filename)}:{fr.lineno}: {fr.line})"
+            break
+    return f"{function} raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{where}"
+
+
+def _compare(out: torch.Tensor, ref: torch.Tensor, dtype, atol: float, rtol: float) -> str | None:
+    """Elementwise comparison against the float64 reference rounded to the output dtype."""
+    expected = ref.to(dtype).double()
+    got = out.double()
+    both_nan = torch.isnan(got) & torch.isnan(expected)
+    close = (got == expected) | ((got - expected).abs() <= atol + rtol * expected.abs()) | both_nan
+    bad = ~close
+    n_bad = int(bad.sum())
+    if not n_bad:
+        return None
+    idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+    extra = ""
+    nan_where_finite = int((torch.isnan(got) & ~torch.isnan(expected)).sum())
+    if nan_where_finite:
+        extra = f"; {nan_where_finite} NaN where the reference is a number"
+    missing_nan = int((~torch.isnan(got) & torch.isnan(expected)).sum())
+    if missing_nan:
+        extra += f"; {missing_nan} number(s) where the reference is NaN"
+    return (
+        f"{n_bad} of {bad.numel()} elements differ from the reference (atol={atol:g}, rtol={rtol:g}); "
+        f"first at index {list(idx)}: got {got[idx].item():.6g}, expected {expected[idx].item():.6g}{extra}"
+    )
+
+
+def guarded_call(ex: KernelExercise, fn, inputs: dict):
+    """Call fn on guard-padded copies of the inputs, its new tensors poisoned and guard-padded too.
+
+    Returns (output, watch, problems); output is None when the call raised.
+    """
+    guarded = {k: Guarded.copy_of(v, f"input {k}") for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    call = {k: guarded[k].tensor if k in guarded else v for k, v in inputs.items()}
+    snapshots = {k: g.buffer.clone() for k, g in guarded.items()}
+    launches = TritonLaunches()
+    watch = Watch(launches, poison=True)
+    try:
+        # NaN and Inf inputs make the interpreter's numpy warn about arithmetic that is meant to happen.
+        with launches, watch, np.errstate(all="ignore"):
+            out = fn(*call.values())
+        _sync()
+    except Exception as exc:  # the student's code failed: report it, keep grading
+        return None, watch, [_student_error(exc, ex.function)]
+    problems = []
+    for k, g in guarded.items():
+        if not torch.equal(g.buffer.view(torch.uint8), snapshots[k].view(torch.uint8)):
+            damage = g.guard_damage()
+            problems.append(f"out-of-bounds write next to input {k}: {damage}" if damage else f"input {k} was modified")
+    for g in watch.allocations:
+        damage = g.guard_damage()
+        if damage:
+            problems.append(f"out-of-bounds write: {damage} (a store without a correct mask?)")
+    return out, watch, problems
+
+
+def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
+    """Run fn once on guard-padded inputs and list every problem found."""
+    ref = ex.reference(**inputs)
+    out, watch, problems = guarded_call(ex, fn, inputs)
+    if out is None:
+        return problems
+    if not isinstance(out, torch.Tensor):
+        return problems + [f"{ex.function} returned {type(out).__name__}, expected a torch.Tensor"]
+    if tuple(out.shape) != tuple(ref.shape):
+        return problems + [f"output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"]
+    if out.dtype != dtype:
+        return problems + [f"output dtype is {_dtype_name(out.dtype)}, expected {_dtype_name(dtype)}"]
+    if out.device.type != torch.device(runtime.device()).type:
+        return problems + [f"output is on {out.device}, expected {runtime.device()}"]
+    if watch.owner(out) is not None:
+        pv = poison_value(dtype)
+        unwritten = (out == pv) & (ref.to(dtype) != pv)
+        n = int(unwritten.sum())
+        if n:
+            first = [int(i) for i in torch.nonzero(unwritten)[0]]
+            problems.append(f"{n} of {out.numel()} output elements were never written (first at index {first})")
+            return problems
+    tol = ex.tolerance[dtype]
+    mismatch = _compare(out, ref, dtype, *tol)
+    if mismatch:
+        problems.append(mismatch)
+    return problems
+
+
+def _with_specials(inputs: dict, seed: int) -> dict:
+    """Put NaN, +Inf and -Inf into the first tensor input."""
+    name = next(k for k, v in inputs.items() if isinstance(v, torch.Tensor))
+    x = inputs[name].clone()
+    flat = x.view(-1) if x.is_contiguous() else None
+    if flat is None or flat.numel() < 3:
+        return inputs
+    gen = torch.Generator().manual_seed(seed)
+    pos = torch.randperm(flat.numel(), generator=gen)[:3].to(flat.device)
+    flat[pos] = torch.tensor([float("nan"), float("inf"), float("-inf")], dtype=x.dtype, device=x.device)
+    return {**inputs, name: x}
+
+
+def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
+    trials.append(("secret case", cfg.secret_seed))
+    failures, n_cases = [], 0
+    for label, seed in trials:
+        shapes = ex.shapes + (EXTRA_SHAPES.get(ex.id, ()) if label == "secret case" else ())
+        for shape in shapes:
+            for dtype in graded_dtypes():
+                n_cases += 1
+                inputs = _inputs(ex, shape, dtype, _seed(seed, shape, dtype))
+                problems = run_case(ex, fn, inputs, dtype)
+                if problems:
+                    where = f"shape {shape}, {_dtype_name(dtype)}, {label}" + (
+                        f" (seed {seed})" if label != "secret case" else ""
+                    )
+                    failures.append(f"{where}: " + "; ".join(problems))
+                    if len(failures) >= 3 * MAX_LISTED:
+                        break
+    if ex.special_values and not failures:
+        for dtype in (torch.float32, torch.float16):
+            n_cases += 1
+            shape = ex.shapes[min(2, len(ex.shapes) - 1)]
+            inputs = _with_specials(_inputs(ex, shape, dtype, _seed(cfg.secret_seed, "specials", dtype)), 7)
+            problems = run_case(ex, fn, inputs, dtype)
+            if problems:
+                failures.append(f"shape {shape}, {_dtype_name(dtype)}, inputs holding NaN/+Inf/-Inf: " + "; ".join(problems))
+    figures = {"cases": n_cases, "failed": len(failures), "dtypes": ", ".join(map(_dtype_name, graded_dtypes()))}
+    if failures:
+        listed = "\n".join(failures[:MAX_LISTED])
+        more = f"\n... and {len(failures) - MAX_LISTED} more failing case(s)" if len(failures) > MAX_LISTED else ""
+        return CriterionResult("correctness", FAILED, f"{len(failures)} of {n_cases} cases failed:\n{listed}{more}", figures)
+    note = "" if runtime.has_gpu() else " (bf16 is graded on a GPU only)"
+    return CriterionResult("correctness", PASSED, f"all {n_cases} cases match the reference{note}", figures)
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    finite = torch.isfinite(ref)
+    diff = (out.double() - ref)[finite]
+    return float(diff.norm() / ref[finite].norm().clamp_min(1e-300))
+
+
+def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    figures, failures = {}, []
+    for dtype in graded_dtypes():
+        inputs = _inputs(ex, ex.precision_shape, dtype, _seed(cfg.secret_seed, "precision", dtype))
+        ref = ex.reference(**inputs)
+        out, _, problems = guarded_call(ex, fn, inputs)
+        if problems:
+            return CriterionResult("precision", FAILED, "; ".join(problems), figures)
+        if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
+            return CriterionResult("precision", FAILED, "the output has the wrong type or shape (see correctness)", figures)
+        err = _rel_err(out, ref)
+        ideal = _rel_err(ref.to(dtype), ref)
+        bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
+        name = _dtype_name(dtype)
+        figures[f"rel_err_{name}"] = err
+        figures[f"bound_{name}"] = bound
+        if not err <= bound:  # NaN fails too
+            failures.append(
+                f"{name}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
+                f"(rounding the exact result to {name} alone costs {ideal:.3g}). {ex.precision_note}".strip()
+            )
+    if failures:
+        return CriterionResult("precision", FAILED, "\n".join(failures), figures)
+    worst = max((figures[k] / figures["bound_" + k[8:]]) for k in figures if k.startswith("rel_err_"))
+    return CriterionResult(
+        "precision", PASSED, f"relative error within bounds for every dtype (worst at {worst:.2f} of its bound)", figures
+    )
+
+
+def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    if not runtime.has_gpu():
+        if cfg.require_performance:
+            return CriterionResult(
+                "performance", FAILED,
+                "not measured (no GPU), and this course's grading configuration requires a measurement: "
+                "grade on a machine with a CUDA GPU",
+            )
+        return CriterionResult("performance", SKIPPED, "not measured (no GPU): Triton's interpreter says nothing about speed")
+    prof = device_mod.profile()
+    inputs = _inputs(ex, ex.perf_shape, ex.perf_dtype, _seed(cfg.secret_seed, "performance"), device="cuda")
+    args = tuple(inputs.values())
+    try:
+        out = fn(*args)
+        torch.cuda.synchronize()
+    except Exception as exc:
+        return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
+    expected = ex.eager(*args)
+    if not isinstance(out, torch.Tensor) or out.shape != expected.shape or not torch.allclose(
+        out.float(), expected.float(), atol=5e-2, rtol=5e-2, equal_nan=True
+    ):
+        return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
+    ms = bench_ms(lambda: fn(*args))
+    eager_ms = bench_ms(lambda: ex.eager(*args))
+    speedup = eager_ms / ms
+    min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
+    min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
+    figures = {"time_ms": ms, "eager_ms": eager_ms, "speedup_over_eager": speedup}
+    if ex.flops is not None:
+        dt = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ex.perf_dtype, "bf16")
+        rate = ex.flops(*args) / (ms * 1e-3) / 1e12
+        peak = prof.matmul_tflops[dt]
+        frac = rate / peak
+        figures.update({"TFLOPs": rate, "peak_TFLOPs": peak, "fraction_of_peak": frac})
+        what = f"{rate:.0f} TFLOP/s = {frac:.2f} of this GPU's measured {dt} matmul rate ({peak:.0f} TFLOP/s)"
+    else:
+        n_bytes = ex.bytes(*args)
+        gbps = n_bytes / (ms * 1e-3) / 1e9
+        frac = gbps / prof.copy_gbps
+        figures.update({"GBps": gbps, "copy_GBps": prof.copy_gbps, "fraction_of_peak": frac})
+        what = (
+            f"{gbps:.0f} GB/s effective (counting the {n_bytes / 2**20:.0f} MiB the op must move) = {frac:.2f} of "
+            f"this GPU's measured copy bandwidth ({prof.copy_gbps:.0f} GB/s)"
+        )
+    figures.update({"threshold": min_frac})
+    msg = (
+        f"{what}; needs {min_frac:.2f}. {ms:.3f} ms against {eager_ms:.3f} ms for unfused eager PyTorch "
+        f"({speedup:.2f}x){'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}. "
+        f"Shape {ex.perf_shape}, {_dtype_name(ex.perf_dtype)}, {prof.name}."
+    )
+    if frac >= min_frac and speedup > min_speedup:
+        return CriterionResult("performance", PASSED, msg, figures)
+    if ex.flops is None and frac < min_frac:
+        passes = 1 / frac if frac > 0 else math.inf
+        msg += (
+            f"\nAt this speed the kernel behaves as if it moved {passes:.1f}x the minimal bytes: look for a "
+            "second read of an input, an intermediate written to memory, or blocks too small to keep "
+            "enough loads in flight."
+        )
+    return CriterionResult("performance", FAILED, msg, figures)
+
+
+def _count_gpu_kernels(run) -> tuple[int, list[str]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    names = [
+        e.name
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.lower().startswith("memset")
+    ]
+    return len(names), names
+
+
+def fusion(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    shape = max(ex.shapes, key=lambda s: math.prod(s.dims))
+    inputs = _inputs(ex, shape, torch.float32, _seed(cfg.secret_seed, "fusion"))
+    args = tuple(inputs.values())
+    try:
+        fn(*args)  # warm-up: compilation and autotuning stay out of the count
+        _sync()
+        launches = TritonLaunches()
+        watch = Watch(launches, poison=False)
+        if runtime.has_gpu():
+            def run():
+                with launches, watch:
+                    fn(*args)
+            n_kernels, names = _count_gpu_kernels(run)
+        else:
+            with launches, watch:
+                fn(*args)
+            n_kernels, names = launches.count, launches.names
+    except Exception as exc:
+        return CriterionResult("fusion", FAILED, _student_error(exc, ex.function))
+    ops = sorted(set(watch.torch_ops))
+    figures = {"kernel_launches": n_kernels, "triton_launches": launches.count, "allowed": ex.max_launches}
+    how = "counted with torch.profiler" if runtime.has_gpu() else "counted at Triton's launch entry (interpreter)"
+    problems = []
+    if launches.count == 0:
+        problems.append(f"no Triton kernel ran: {ex.function} must compute its result in a Triton kernel")
+    if ops:
+        problems.append(
+            f"computes with torch operations outside the Triton kernel ({', '.join(ops)}); "
+            "only allocation and views are allowed there"
+        )
+    if n_kernels > ex.max_launches:
+        problems.append(f"launched {n_kernels} kernels ({', '.join(names[:8])}); at most {ex.max_launches} allowed")
+    if problems:
+        return CriterionResult("fusion", FAILED, "\n".join(problems) + f" [{how}]", figures)
+    return CriterionResult(
+        "fusion", PASSED, f"{n_kernels} kernel launch(es), at most {ex.max_launches} allowed, no torch compute [{how}]",
+        figures,
+    )
+
+
+GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion}

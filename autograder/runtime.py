@@ -1,0 +1,57 @@
+"""Where kernels run: a CUDA GPU, or Triton's interpreter on the CPU.
+
+Triton reads TRITON_INTERPRET when ``@triton.jit`` decorates a function, so this module must run before any
+kernel is defined. Importing ``autograder`` or ``kernels`` imports it first; that is all a notebook needs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_announced = False
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def configure() -> bool:
+    """Choose the interpreter when there is no CUDA GPU. Returns True when kernels run on a GPU."""
+    global _announced
+    if os.environ.get("TRITON_INTERPRET", "") in ("", "0") and not _cuda_available():
+        if os.environ.get("TRITON_INTERPRET") == "0":
+            # Someone asked for compiled kernels on a machine that cannot run them: say why it will fail.
+            print(
+                "fusion-course: TRITON_INTERPRET=0 but no CUDA GPU is visible; Triton kernels cannot launch.",
+                file=sys.stdout,
+            )
+            return False
+        os.environ["TRITON_INTERPRET"] = "1"
+    on_gpu = not interpreted()
+    if not on_gpu and not _announced:
+        _announced = True
+        # stdout, not stderr: nbgrader scores any stderr output in a graded cell as a failure.
+        print(
+            "fusion-course: no CUDA GPU found, so Triton kernels run in Triton's interpreter on the CPU.\n"
+            "  Results are checked for correctness; speed is NOT measured here (it needs a GPU).",
+            file=sys.stdout,
+        )
+    return on_gpu
+
+
+def interpreted() -> bool:
+    """True when Triton kernels run in the interpreter (no GPU, or forced with TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+
+
+def device() -> str:
+    """The torch device that kernels take their tensors on."""
+    return "cpu" if interpreted() else "cuda"
+
+
+def has_gpu() -> bool:
+    """True when speed can be measured: a CUDA GPU runs the kernels compiled."""
+    return not interpreted() and _cuda_available()

@@ -1,0 +1,209 @@
+"""Watching a student's function run.
+
+- ``TritonLaunches`` wraps Triton's launch entry points, counting launches and marking the time spent inside
+  them. (Triton's launch hooks do not fire in the interpreter, so the entry points are wrapped instead.)
+- ``Watch`` is a TorchDispatchMode that, outside Triton launches, (a) hands out every new tensor as a view
+  into a poisoned, guard-padded buffer, so unwritten elements and out-of-bounds stores can be named, and
+  (b) records any torch operation that computes, as opposed to allocating or taking a view.
+- ``quiet`` keeps the grader off stderr (nbgrader scores any stderr output as a failure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import warnings
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+GUARD = 1 << 16  # elements of guard on each side of a watched buffer
+
+
+def poison_value(dtype: torch.dtype):
+    """A value no sane kernel produces: the most negative finite number of the dtype."""
+    if dtype.is_floating_point:
+        return torch.finfo(dtype).min
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
+def guard_value(dtype: torch.dtype):
+    if dtype.is_floating_point:
+        return torch.finfo(dtype).max
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max
+
+
+def storage_span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to its last element, inclusive."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+
+
+class Guarded:
+    """A tensor living inside a larger buffer whose borders are filled with a known pattern."""
+
+    def __init__(self, shape, stride, dtype, device, fill=None, what="output"):
+        self.what = what
+        span = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(s > 0 for s in shape) else 0
+        self.span = span
+        self.buffer = torch.empty(span + 2 * GUARD, dtype=dtype, device=device)
+        self.buffer.fill_(guard_value(dtype))
+        self.tensor = torch.as_strided(self.buffer, tuple(shape), tuple(stride), GUARD)
+        if fill is not None:
+            self.buffer[GUARD : GUARD + span].fill_(fill)
+
+    @classmethod
+    def copy_of(cls, t: torch.Tensor, what: str) -> "Guarded":
+        g = cls(t.shape, t.stride(), t.dtype, t.device, what=what)
+        g.tensor.copy_(t)
+        return g
+
+    def guard_damage(self) -> str | None:
+        """Describe writes into the guards, or None if they are intact."""
+        gv = guard_value(self.buffer.dtype)
+        before = self.buffer[:GUARD]
+        after = self.buffer[GUARD + self.span :]
+        msgs = []
+        for name, part, sign in (("before the start", before, -1), ("past the end", after, 1)):
+            bad = part != gv  # NaN != anything, so a NaN written into a guard counts too
+            n = int(bad.sum())
+            if n:
+                idx = torch.nonzero(bad).flatten()
+                dist = (GUARD - int(idx[-1])) if sign < 0 else int(idx[0]) + 1
+                msgs.append(f"{n} element(s) written {name} of the {self.what} (nearest {dist} element(s) away)")
+        return "; ".join(msgs) or None
+
+
+_ALLOC = {
+    "empty.memory_format",
+    "empty_like.default",
+    "empty_strided.default",
+    "new_empty.default",
+    "new_empty_strided.default",
+}
+# Operations that allocate, take views or read metadata: allowed in a fused function.
+_ALLOWED = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "zero_", "fill_", "full", "full_like", "ones", "ones_like",
+    "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose", "permute", "unsqueeze", "squeeze",
+    "expand", "slice", "select", "alias", "detach", "lift_fresh", "unbind", "split", "chunk", "narrow",
+    "view_as_real", "view_as_complex", "flatten", "unflatten", "movedim", "diagonal", "_reshape_alias",
+    "is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "_local_scalar_dense",
+    "is_nonzero", "item", "set_", "resize_",
+}
+
+
+class TritonLaunches:
+    """Counts Triton launches and knows whether we are inside one."""
+
+    def __init__(self):
+        self.count = 0
+        self.names: list[str] = []
+        self.depth = 0
+        self._saved = []
+
+    def __enter__(self):
+        from triton.runtime import autotuner, interpreter, jit
+
+        classes = [jit.JITFunction, interpreter.InterpretedFunction, autotuner.Autotuner, autotuner.Heuristics]
+        for cls in classes:
+            if "run" not in cls.__dict__:
+                continue
+            original = cls.__dict__["run"]
+            self._saved.append((cls, original))
+            setattr(cls, "run", self._wrap(original))
+        return self
+
+    def _wrap(self, original):
+        tracker = self
+
+        def run(kernel, *args, **kwargs):
+            outermost = tracker.depth == 0
+            if outermost and not kwargs.get("warmup", False):
+                tracker.count += 1
+                fn = getattr(kernel, "fn", kernel)
+                tracker.names.append(getattr(fn, "__name__", type(kernel).__name__))
+            tracker.depth += 1
+            try:
+                return original(kernel, *args, **kwargs)
+            finally:
+                tracker.depth -= 1
+
+        return run
+
+    def __exit__(self, *exc):
+        for cls, original in reversed(self._saved):
+            setattr(cls, "run", original)
+        self._saved.clear()
+        return False
+
+
+class Watch(TorchDispatchMode):
+    """Guard-pads new tensors and records computing torch ops, outside Triton launches."""
+
+    def __init__(self, launches: TritonLaunches, poison: bool = True):
+        super().__init__()
+        self.launches = launches
+        self.poison = poison
+        self.allocations: list[Guarded] = []
+        self.torch_ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.launches.depth > 0:
+            return func(*args, **kwargs)
+        name = func._schema.name.split("::")[-1]
+        full = f"{name}.{func._overloadname}"
+        if self.poison and full in _ALLOC:
+            real = func(*args, **kwargs)
+            g = Guarded(real.shape, real.stride(), real.dtype, real.device, fill=poison_value(real.dtype))
+            self.allocations.append(g)
+            return g.tensor
+        if name not in _ALLOWED:
+            self.torch_ops.append(f"torch {name}")
+        return func(*args, **kwargs)
+
+    def owner(self, t: torch.Tensor) -> Guarded | None:
+        for g in self.allocations:
+            if t.untyped_storage().data_ptr() == g.buffer.untyped_storage().data_ptr():
+                return g
+        return None
+
+
+@contextlib.contextmanager
+def quiet():
+    """Send everything written to stderr (Python or C level) and every warning into a list of strings.
+
+    Yields the list; it is filled when the block ends (empty when nothing was written).
+    """
+    captured: list[str] = []
+    sys.stderr.flush()
+    try:
+        saved_fd, tmp = os.dup(2), tempfile.TemporaryFile(mode="w+b")
+        os.dup2(tmp.fileno(), 2)
+    except OSError:  # no real fd 2 (some embedded interpreters): Python-level capture only
+        saved_fd, tmp = None, None
+    buf = io.StringIO()
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(buf):
+            warnings.simplefilter("always")
+            yield captured
+    finally:
+        parts = [buf.getvalue()]
+        if saved_fd is not None:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            tmp.seek(0)
+            parts.append(tmp.read().decode(errors="replace"))
+            tmp.close()
+        parts += [f"{w.category.__name__}: {w.message}" for w in caught]
+        captured.extend(p.strip() for p in parts if p.strip())
