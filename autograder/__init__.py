@@ -10,7 +10,7 @@ from . import runtime
 
 runtime.configure()
 
-from . import exercises as _registry  # noqa: E402
+from . import registry as _registry  # noqa: E402
 from .check import check  # noqa: E402
 from .device import profile as device_profile  # noqa: E402
 from .report import CriterionResult, Report  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceback
 
 from . import config as config_mod
-from . import exercises as registry
+from . import registry
 from . import grade_kernel, grade_numeric
 from .report import FAILED, CriterionResult, Report
 from .sandbox import quiet

@@ -33,11 +33,13 @@ def configure() -> bool:
     on_gpu = not interpreted()
     if not on_gpu and not _announced:
         _announced = True
-        # stdout, not stderr: nbgrader scores any stderr output in a graded cell as a failure.
+        # In a notebook: stdout, since nbgrader scores any stderr output in a graded cell as a failure.
+        # From a command line (python -m ...): stderr, so that --json output stays parseable.
+        stream = sys.stderr if sys.argv[:1] == ["-m"] else sys.stdout
         print(
             "fusion-course: no CUDA GPU found, so Triton kernels run in Triton's interpreter on the CPU.\n"
             "  Results are checked for correctness; speed is NOT measured here (it needs a GPU).",
-            file=sys.stdout,
+            file=stream,
         )
     return on_gpu
 

@@ -93,3 +93,19 @@ def op_chain_bytes(x: torch.Tensor, n_ops: int, fused: bool = True) -> int:
     """Bytes through memory: 2|x| fused, n * 2|x| unfused."""
     one_pass = 2 * x.numel() * x.element_size()
     return one_pass if fused else n_ops * one_pass
+
+
+def time_versions(x: torch.Tensor, n_ops: int) -> dict[str, float]:
+    """Median ms of the chain run unfused (eager), fused by torch.compile, and fused by hand (Triton).
+
+    Used by notebook 01 and by the benchmark, so both measure the same thing the same way.
+    """
+    from autograder.timing import bench_ms
+
+    compiled = torch.compile(lambda t: op_chain_eager(t, n_ops), dynamic=False)
+    compiled(x)  # compile outside the timed region
+    return {
+        "eager": bench_ms(lambda: op_chain_eager(x, n_ops)),
+        "compiled": bench_ms(lambda: compiled(x)),
+        "triton": bench_ms(lambda: op_chain(x, n_ops)),
+    }

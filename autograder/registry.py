@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..specs import Exercise
+from .specs import Exercise
 
-_MODULES = ("nb01",)
+_MODULES = ("nb01",)  # autograder/notebooks/<name>.py, each with EXERCISES
 _registry: dict[str, Exercise] | None = None
 
 
@@ -15,7 +15,7 @@ def _load() -> dict[str, Exercise]:
     if _registry is None:
         reg: dict[str, Exercise] = {}
         for name in _MODULES:
-            for ex in importlib.import_module(f"{__name__}.{name}").EXERCISES:
+            for ex in importlib.import_module(f"{__package__}.notebooks.{name}").EXERCISES:
                 if ex.id in reg:
                     raise RuntimeError(f"exercise id {ex.id} is defined twice")
                 reg[ex.id] = ex

@@ -1,0 +1,66 @@
+"""Command line: python -m autograder {device, list, check}."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="The kernel fusion course's grader.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_dev = sub.add_parser("device", help="print this machine's device profile (measured peaks)")
+    p_dev.add_argument("--refresh", action="store_true", help="measure again instead of using the cache")
+    p_list = sub.add_parser("list", help="list the exercises")
+    p_list.add_argument("--json", action="store_true")
+    p_check = sub.add_parser("check", help="run notebooks without Jupyter and grade their exercises")
+    p_check.add_argument("notebooks", nargs="+", metavar="NOTEBOOK.ipynb")
+    p_check.add_argument("--json", action="store_true", help="print the results as JSON")
+    p_check.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default 1800)")
+    p_check.add_argument("--criteria", default=None, help="comma-separated criteria to grade (default: all)")
+    p_check.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
+    args = parser.parse_args(argv)
+
+    import autograder
+    from autograder import checker
+
+    if args.command == "device":
+        print(autograder.device_profile(refresh=args.refresh).describe())
+        return 0
+    if args.command == "list":
+        exs = [ex.describe() for ex in autograder.exercises()]
+        if args.json:
+            print(json.dumps(exs, indent=1))
+        else:
+            for e in exs:
+                print(f"{e['id']:<20} {e['notebook']:<20} {e['signature']}\n{'':<20} criteria: {', '.join(e['criteria'])}")
+        return 0
+    criteria = args.criteria.split(",") if args.criteria else None
+    if criteria:
+        from autograder.specs import CRITERIA
+
+        unknown = [c for c in criteria if c not in CRITERIA]
+        if unknown:
+            print(f"unknown criteria {unknown}; the criteria are {', '.join(CRITERIA)}", file=sys.stderr)
+            return 2
+    try:
+        paths = [checker.validate_path(p) for p in args.notebooks]
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results = []
+    for p in paths:
+        echo = None if (args.quiet or args.json) else (lambda line: print("  | " + line, flush=True))
+        print(f"checking {p} ...", file=sys.stderr if args.json else sys.stdout, flush=True)
+        results.append(checker.run(p, timeout=args.timeout or checker.DEFAULT_TIMEOUT, criteria=criteria, echo=echo))
+    if args.json:
+        print(json.dumps([checker.to_json(r) for r in results], indent=1, default=str))
+    else:
+        for r in results:
+            print(checker.render(r))
+    return 0 if all(checker.passed(r) for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

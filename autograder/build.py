@@ -1,0 +1,76 @@
+"""Build the notebooks: text sources -> solution notebooks -> student release.
+
+    python -m autograder.build [--db URL] [--only-solutions]
+
+solutions/<name>/<name>.py (jupytext percent format) is the one source of each notebook. From it:
+1. solutions/<name>/<name>.ipynb, without outputs, with stable cell ids (it diffs as text);
+2. course/<name>/ via `nbgrader generate_assignment`, which strips the solutions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sources(root: Path = ROOT) -> list[Path]:
+    return sorted(p for p in (root / "solutions").glob("[0-9][0-9]_*/[0-9][0-9]_*.py") if p.stem == p.parent.name)
+
+
+def notebook_from_source(src: Path):
+    import jupytext
+
+    nb = jupytext.read(src, fmt="py:percent")
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(nb.cells):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell["id"] = grade_id or f"cell-{i}"
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def write_solution(src: Path) -> Path:
+    import nbformat
+
+    out = src.with_suffix(".ipynb")
+    nbformat.write(notebook_from_source(src), out)
+    return out
+
+
+def tool_env() -> dict:
+    """The environment for running nbgrader: it calls helpers (alembic) by name, so this Python's bin/ goes
+    first on PATH even when the venv is not activated."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def generate_release(name: str, root: Path = ROOT, db: str | None = None) -> None:
+    cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", "--log-level=WARN"]
+    if db:
+        cmd.append(f"--db={db}")
+    subprocess.run(cmd, cwd=root, check=True, env=tool_env())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", help="nbgrader database URL (default: gradebook.db at the top)")
+    parser.add_argument("--only-solutions", action="store_true", help="write the solution notebooks only")
+    args = parser.parse_args(argv)
+    for src in sources():
+        print(f"solutions: {src.relative_to(ROOT)} -> {write_solution(src).relative_to(ROOT)}")
+        if not args.only_solutions:
+            generate_release(src.stem, db=args.db)
+            print(f"release:   course/{src.stem}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Exercise specs, one module per notebook (nbNN.py), collected by autograder.registry."""

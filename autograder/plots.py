@@ -1,0 +1,39 @@
+"""Plots the notebooks share: the roofline of the reader's device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .device import REFERENCE_H200, DeviceProfile
+
+
+def peaks(profile: DeviceProfile, dtype: str = "bf16") -> tuple[float, float, str]:
+    """(bandwidth GB/s, matmul TFLOP/s, label) from the profile, or the H200 reference without a GPU."""
+    if profile.has_gpu:
+        return profile.copy_gbps, profile.matmul_tflops[dtype], f"{profile.name} (measured)"
+    return REFERENCE_H200["copy_gbps"], REFERENCE_H200["matmul_tflops"]["bf16"], REFERENCE_H200["name"]
+
+
+def roofline(ax, profile: DeviceProfile, points=(), dtype: str = "bf16"):
+    """Draw attainable TFLOP/s against arithmetic intensity (FLOP/byte) on ax.
+
+    points: (label, intensity, achieved TFLOP/s or None). None marks where an op sits, not what it reached.
+    """
+    bw, peak, label = peaks(profile, dtype)
+    ai = np.logspace(-2, 4, 400)
+    ax.loglog(ai, np.minimum(peak, bw * 1e9 * ai / 1e12), color="k", lw=2, label=f"roofline: {label}")
+    ridge = peak * 1e12 / (bw * 1e9)
+    ax.axvline(ridge, color="gray", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak * 0.02), rotation=90, va="bottom", ha="right", fontsize=8)
+    for i, (name, intensity, achieved) in enumerate(points):
+        color = f"C{i % 10}"
+        bound = min(peak, bw * 1e9 * intensity / 1e12)
+        if achieved is None:
+            ax.plot([intensity], [bound], "o", mfc="none", color=color, label=f"{name} (ceiling)")
+        else:
+            ax.plot([intensity], [achieved], "o", color=color, label=f"{name}: {achieved:.3g} TFLOP/s")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

@@ -1,0 +1,74 @@
+"""Run a notebook's code without Jupyter and grade the exercises it holds (the child side of the checker).
+
+    python -m autograder.run_notebook NOTEBOOK.ipynb RESULT.json [criteria,...]
+
+Code cells run in order in one namespace, as a kernel would run them, except nbgrader's graded test cells
+(those call check() themselves). A cell that raises is recorded and the next one runs, the way "Run All"
+would have stopped on a student's unfinished cell; the exercises are graded afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def _is_test_cell(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def main(argv: list[str]) -> int:
+    nb_path, out_path = Path(argv[0]).resolve(), Path(argv[1])
+    criteria = argv[2].split(",") if len(argv) > 2 and argv[2] else None
+    import nbformat
+
+    nb = nbformat.read(nb_path, as_version=4)
+    os.chdir(nb_path.parent)
+    import autograder  # picks the device before any cell defines a kernel
+    from autograder import registry
+
+    namespace = {"__name__": "__main__", "__file__": str(nb_path)}
+    cell_errors = []
+    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and not _is_test_cell(c)]
+    for n, (i, cell) in enumerate(code_cells, 1):
+        started = time.time()
+        print(f"[cell {n}/{len(code_cells)}] running ...", flush=True)
+        try:
+            exec(compile(cell.source, f"<{nb_path.name} cell {i}>", "exec"), namespace)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt in a cell are the cell's failure too
+            tb = traceback.format_exception(exc)
+            cell_errors.append({"cell": i, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-3:])})
+            print(f"[cell {n}/{len(code_cells)}] raised {type(exc).__name__}: {exc}", flush=True)
+        else:
+            print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s", flush=True)
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+    reports = []
+    for ex in registry.for_notebook(nb_path.stem):
+        chosen = [c for c in (criteria or ex.criteria) if c in ex.criteria]
+        if not chosen:
+            continue
+        fn = namespace.get(ex.function)
+        print(f"[grade] {ex.id} ...", flush=True)
+        if fn is None:
+            reason = f"{ex.function} is not defined in the notebook"
+            raised = [e for e in cell_errors if ex.function in e["traceback"] or "NotImplementedError" in e["error"]]
+            if raised:
+                reason += f" (a cell raised {raised[0]['error']})"
+            results = [{"name": c, "status": "failed", "message": reason, "figures": {}} for c in chosen]
+            reports.append({"exercise": ex.id, "passed": False, "results": results})
+            continue
+        reports.append(autograder.check(ex.id, fn, criteria=chosen).to_dict())
+    Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

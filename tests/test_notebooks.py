@@ -1,0 +1,110 @@
+"""Notebooks: one source each, solution and release in sync, no drift from kernels/."""
+
+import ast
+import inspect
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import nbformat
+import pytest
+
+from autograder import build, registry
+
+NOTEBOOKS = [p.stem for p in build.sources()]
+
+
+def _solution_nb(root, name):
+    return nbformat.read(root / "solutions" / name / f"{name}.ipynb", as_version=4)
+
+
+def test_there_are_notebooks():
+    assert "01_hbm_cost_model" in NOTEBOOKS
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_solution_notebook_is_built_from_its_text_source(root, name):
+    built = build.notebook_from_source(root / "solutions" / name / f"{name}.py")
+    committed = _solution_nb(root, name)
+    assert nbformat.writes(built) == nbformat.writes(committed), (
+        f"solutions/{name}/{name}.ipynb is stale: run `make course`"
+    )
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_committed_notebooks_have_no_outputs(root, name):
+    for folder in ("solutions", "course"):
+        nb = nbformat.read(root / folder / name / f"{name}.ipynb", as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{folder}/{name}: outputs committed"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_release_is_in_sync_with_solutions(root, tmp_path, name):
+    """Regenerate the release in a scratch copy with nbgrader and compare it with the committed course/."""
+    work = tmp_path / "course-dir"
+    work.mkdir()
+    shutil.copy(root / "nbgrader_config.py", work)
+    shutil.copytree(root / "solutions" / name, work / "solutions" / name)
+    subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", f"--db=sqlite:///{tmp_path}/gb.db",
+         "--log-level=ERROR"],
+        cwd=work, check=True, capture_output=True, env=build.tool_env(),
+    )
+    fresh = sorted(p.relative_to(work / "course") for p in (work / "course").rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(root / "course" / name) for p in (root / "course" / name).rglob("*") if p.is_file())
+    assert [str(p) for p in fresh] == [f"{name}/{p}" for p in committed], "course/ holds other files than nbgrader makes"
+    a = json.loads((work / "course" / name / f"{name}.ipynb").read_text())
+    b = json.loads((root / "course" / name / f"{name}.ipynb").read_text())
+    assert a == b, f"course/{name} is out of sync with solutions/: run `make course`"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_release_holds_no_solution(root, name):
+    text = (root / "course" / name / f"{name}.ipynb").read_text()
+    assert "### BEGIN SOLUTION" not in text and "### END SOLUTION" not in text
+    assert not list((root / "course" / name).glob("*.py")), "the text source (with solutions) leaked into course/"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_exercise_has_a_solution_cell_and_graded_cells(root, name):
+    nb = _solution_nb(root, name)
+    solution_sources = "\n".join(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    for ex in registry.for_notebook(name):
+        assert f"def {ex.function}(" in solution_sources, f"{ex.id}: no solution cell defines {ex.function}"
+        for criterion in ex.criteria:
+            cells = [c for c in graded if f'check("{ex.id}"' in c.source and f'assert_passed("{criterion}")' in c.source]
+            assert len(cells) == 1, f"{ex.id}: expected one graded cell for {criterion}, found {len(cells)}"
+            assert cells[0].metadata["nbgrader"]["points"] > 0
+
+
+def _solution_block(nb, grade_id):
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    src = cell.source
+    return src[src.index("### BEGIN SOLUTION") + len("### BEGIN SOLUTION") : src.index("### END SOLUTION")]
+
+
+def test_fused_chain_solution_is_the_reference_kernel(root):
+    """The notebook's solution and kernels/fused_chain.py must not drift: same kernel, same launcher."""
+    from kernels import fused_chain as ref
+
+    block = _solution_block(_solution_nb(root, "01_hbm_cost_model"), "fused_chain")
+    kernel = getattr(ref._fused_chain_kernel, "fn", ref._fused_chain_kernel)  # the function under @triton.jit
+    expected = inspect.getsource(kernel) + "\n\n" + inspect.getsource(ref.fused_chain)
+    assert ast.dump(ast.parse(textwrap.dedent(block))) == ast.dump(ast.parse(expected))
+
+
+def test_numeric_solutions_agree_with_the_grader(root):
+    nb = _solution_nb(root, "01_hbm_cost_model")
+    ns = {}
+    for grade_id in ("chain_times", "layer_traffic"):
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+        exec(cell.source, ns)
+    from autograder.notebooks import nb01
+
+    assert ns["chain_times"](3, 1e9, 2e12, 5e-6) == pytest.approx(nb01.chain_times_reference(3, 1e9, 2e12, 5e-6))
+    assert ns["layer_traffic"](*nb01.LLAMA2_7B) == pytest.approx(nb01.layer_traffic_reference(*nb01.LLAMA2_7B))
