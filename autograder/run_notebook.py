@@ -25,21 +25,21 @@ def _is_test_cell(cell) -> bool:
 def main(argv: list[str]) -> int:
     nb_path, out_path = Path(argv[0]).resolve(), Path(argv[1])
     criteria = argv[2].split(",") if len(argv) > 2 and argv[2] else None
-    import nbformat
-
-    nb = nbformat.read(nb_path, as_version=4)
+    # Plain JSON, not nbformat: the checker must run where Jupyter is not installed (a bare GPU machine).
+    nb = json.loads(nb_path.read_text())
     os.chdir(nb_path.parent)
     import autograder  # picks the device before any cell defines a kernel
     from autograder import registry
 
     namespace = {"__name__": "__main__", "__file__": str(nb_path)}
     cell_errors = []
-    code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and not _is_test_cell(c)]
+    code_cells = [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and not _is_test_cell(c)]
     for n, (i, cell) in enumerate(code_cells, 1):
         started = time.time()
         print(f"[cell {n}/{len(code_cells)}] running ...", flush=True)
         try:
-            exec(compile(cell.source, f"<{nb_path.name} cell {i}>", "exec"), namespace)
+            source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            exec(compile(source, f"<{nb_path.name} cell {i}>", "exec"), namespace)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt in a cell are the cell's failure too
             tb = traceback.format_exception(exc)
             cell_errors.append({"cell": i, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-3:])})

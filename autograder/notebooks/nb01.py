@@ -124,13 +124,14 @@ LAYER_TRAFFIC = NumericExercise(
 
 def _chain_inputs(shape: Shape, dtype, device, gen):
     m, n = shape.dims
+    # Scale and cast the base tensor first, then take the view: arithmetic on a view would make a new,
+    # contiguous tensor and lose the layout being graded. The spread reaches both tails of silu.
     if shape.layout == "transposed":
-        x = torch.randn(n, m, generator=gen).t()
+        x = (2 * torch.randn(n, m, generator=gen)).to(dtype).t()
     elif shape.layout == "strided":
-        x = torch.randn(m, 2 * n, generator=gen)[:, ::2]
+        x = (2 * torch.randn(m, 2 * n, generator=gen)).to(dtype)[:, ::2]
     else:
-        x = torch.randn(m, n, generator=gen)
-    x = (2 * x).to(dtype)  # a spread wide enough to reach both tails of silu
+        x = (2 * torch.randn(m, n, generator=gen)).to(dtype)
     bias = torch.randn(n, generator=gen).to(dtype)
     alpha = float(torch.empty(()).uniform_(0.5, 1.5, generator=gen))
     if device != "cpu":
@@ -140,9 +141,13 @@ def _chain_inputs(shape: Shape, dtype, device, gen):
 
 
 def _move_keep_strides(t: torch.Tensor, device) -> torch.Tensor:
-    base = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
-    base.copy_(t)
-    return base
+    """Copy a view to the device with the same strides (so a strided view stays strided)."""
+    from ..sandbox import storage_span
+
+    base = torch.empty(storage_span(t), dtype=t.dtype, device=device)
+    view = torch.as_strided(base, t.shape, t.stride())
+    view.copy_(t)
+    return view
 
 
 FUSED_CHAIN = KernelExercise(

@@ -1,0 +1,204 @@
+"""Benchmark every reference kernel against eager PyTorch and torch.compile, on one device, in one run.
+
+    python -m kernels.bench            # measure, print the table, save kernels/results/<gpu>.{json,md,png}
+    python -m kernels.bench --sweep    # also time block-size variants of the reference kernels
+
+Peaks are measured in the same run (autograder.device.measure). Effective bandwidth is always the op's
+minimal bytes over the median time, so an unfused version shows as a smaller fraction of the copy peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import platform
+import re
+import sys
+from pathlib import Path
+
+import kernels  # noqa: F401  (device set-up)
+from autograder import runtime
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GOALS = {  # kernel -> (min fraction of copy bandwidth, must be no slower than torch.compile)
+    "fused_chain": 0.95,
+    "op_chain n=8": 0.95,
+}
+
+
+def _rows_fused_chain(prof):
+    import torch
+
+    from autograder.timing import bench_ms
+    from kernels.fused_chain import fused_chain, fused_chain_bytes, fused_chain_eager
+
+    x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(8192, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(fused_chain_eager, dynamic=False)
+    compiled(x, bias, 0.8)
+    n_bytes = fused_chain_bytes(x, bias)
+    times = {
+        "eager": bench_ms(lambda: fused_chain_eager(x, bias, 0.8)),
+        "torch.compile": bench_ms(lambda: compiled(x, bias, 0.8)),
+        "triton": bench_ms(lambda: fused_chain(x, bias, 0.8)),
+    }
+    return [_row("fused_chain", "16384x8192 bf16", n_bytes, times, prof)]
+
+
+def _rows_op_chain(prof, progress):
+    import torch
+
+    from kernels.op_chain import MAX_OPS, op_chain_bytes, time_versions
+
+    x = torch.randn(2**26, device="cuda")
+    rows = []
+    for n in range(1, MAX_OPS + 1):
+        progress(f"op_chain n={n}")
+        t = time_versions(x, n)
+        times = {"eager": t["eager"], "torch.compile": t["compiled"], "triton": t["triton"]}
+        rows.append(_row(f"op_chain n={n}", "2^26 fp32", op_chain_bytes(x, n), times, prof))
+    return rows
+
+
+def _row(kernel, shape, n_bytes, times, prof):
+    gbps = {k: n_bytes / (ms * 1e-3) / 1e9 for k, ms in times.items()}
+    return {
+        "kernel": kernel,
+        "shape": shape,
+        "bytes": n_bytes,
+        "ms": {k: round(v, 4) for k, v in times.items()},
+        "GBps": {k: round(v, 1) for k, v in gbps.items()},
+        "fraction_of_copy": round(gbps["triton"] / prof.copy_gbps, 3),
+        "speedup_vs_eager": round(times["eager"] / times["triton"], 2),
+        "speedup_vs_compile": round(times["torch.compile"] / times["triton"], 3),
+    }
+
+
+def sweep(progress):
+    """Time block-size variants of the reference kernels (to choose their launch settings)."""
+    import torch
+    import triton
+
+    from autograder.timing import bench_ms
+    from kernels import fused_chain as fc
+    from kernels import op_chain as oc
+
+    x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(8192, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    n_bytes = fc.fused_chain_bytes(x, bias)
+    out = []
+    for bm, bn, w in [(1, 1024, 4), (1, 2048, 8), (2, 1024, 4), (4, 1024, 4), (4, 1024, 8), (8, 1024, 8),
+                      (4, 2048, 8), (8, 512, 4), (16, 512, 8), (2, 2048, 8), (8, 2048, 16)]:
+        grid = (triton.cdiv(16384, bm), triton.cdiv(8192, bn))
+
+        def run():
+            fc._fused_chain_kernel[grid](x, bias, y, 16384, 8192, 8192, 1, 8192, 1, 0.8,
+                                         BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+
+        ms = bench_ms(run)
+        out.append(("fused_chain", f"BLOCK_M={bm} BLOCK_N={bn} warps={w}", n_bytes / (ms * 1e-3) / 1e9))
+        progress(f"{out[-1][1]}: {out[-1][2]:.0f} GB/s")
+    xf = torch.randn(2**26, device="cuda")
+    for block, w in [(1024, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16)]:
+        ms = bench_ms(lambda: oc.op_chain(xf, 8, BLOCK=block, num_warps=w))
+        out.append(("op_chain n=8", f"BLOCK={block} warps={w}", oc.op_chain_bytes(xf, 8) / (ms * 1e-3) / 1e9))
+        progress(f"{out[-1][0]} {out[-1][1]}: {out[-1][2]:.0f} GB/s")
+    return out
+
+
+def markdown(result: dict) -> str:
+    d = result["device"]
+    lines = [
+        f"Measured on {d['name']} (driver {d['driver']}), torch {d['torch_version']}, triton {d['triton_version']}, "
+        f"{result['date']}. Copy bandwidth {d['copy_gbps']:.0f} GB/s, bf16 matmul {d['matmul_tflops']['bf16']:.0f} "
+        f"TFLOP/s, both measured in the same run. GB/s = the op's minimal bytes / median time.",
+        "",
+        "| kernel | shape | eager GB/s | torch.compile GB/s | Triton GB/s | Triton / copy | vs eager | vs compile |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        g = r["GBps"]
+        lines.append(
+            f"| {r['kernel']} | {r['shape']} | {g['eager']:.0f} | {g['torch.compile']:.0f} | {g['triton']:.0f} | "
+            f"{r['fraction_of_copy']:.2f} | {r['speedup_vs_eager']:.2f}x | {r['speedup_vs_compile']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["kernel"].startswith("op_chain")]
+    n = [int(r["kernel"].split("=")[1]) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, style in (("eager", "o-"), ("torch.compile", "s-"), ("triton", "^-")):
+        ax.plot(n, [r["ms"][key] for r in rows], style, label=key)
+    ax.set_xlabel("ops in the chain")
+    ax.set_ylabel("median ms (2^26 fp32)")
+    ax.set_title(f"{result['device']['name']}, torch {result['device']['torch_version']}, {result['date']}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", action="store_true", help="also time block-size variants")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results (default kernels/results)")
+    args = parser.parse_args(argv)
+    if not runtime.has_gpu():
+        print("kernels.bench needs a CUDA GPU: speed means nothing in Triton's interpreter.", file=sys.stderr)
+        return 2
+    from autograder import device
+
+    def progress(msg):
+        print(f"[bench] {msg}", flush=True)
+
+    progress("measuring this GPU's peaks")
+    prof = device.measure(progress=False)
+    progress(f"copy {prof.copy_gbps:.0f} GB/s, bf16 matmul {prof.matmul_tflops['bf16']:.0f} TFLOP/s")
+    progress("fused_chain")
+    rows = _rows_fused_chain(prof) + _rows_op_chain(prof, progress)
+    result = {
+        "date": dt.date.today().isoformat(),
+        "python": platform.python_version(),
+        "device": dataclasses.asdict(prof),
+        "rows": rows,
+        "goals": {},
+    }
+    for r in rows:
+        if r["kernel"] in GOALS:
+            ok = r["fraction_of_copy"] >= GOALS[r["kernel"]] and r["speedup_vs_compile"] >= 1.0
+            result["goals"][r["kernel"]] = {
+                "min_fraction_of_copy": GOALS[r["kernel"]], "no_slower_than_compile": True, "met": ok,
+            }
+    if args.sweep:
+        result["sweep"] = [{"kernel": k, "config": c, "GBps": round(g, 1)} for k, c, g in sweep(progress)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / slug(prof.name)
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result))
+    plot(result, stem.with_suffix(".png"))
+    print(markdown(result))
+    for k, g in result["goals"].items():
+        print(f"goal {k}: >= {g['min_fraction_of_copy']} of copy and no slower than torch.compile: "
+              f"{'MET' if g['met'] else 'NOT MET'}")
+    for s in result.get("sweep", []):
+        print(f"sweep {s['kernel']:<14} {s['config']:<34} {s['GBps']:8.0f} GB/s")
+    print(f"saved {stem}.json, .md, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

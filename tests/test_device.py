@@ -1,0 +1,75 @@
+"""The device layer: interpreter fallback on the CPU, the profile and its cache."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder import device, runtime
+
+
+def test_interpreter_is_chosen_without_a_gpu():
+    if runtime.has_gpu():
+        pytest.skip("this machine has a GPU")
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    assert runtime.device() == "cpu" and runtime.interpreted()
+
+
+def test_importing_kernels_first_sets_the_interpreter_and_says_so_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = "import kernels, autograder, os; print('TI=' + os.environ.get('TRITON_INTERPRET', ''))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    if runtime.has_gpu():
+        assert "TI=" in out.stdout
+    else:
+        assert "TI=1" in out.stdout
+        assert out.stdout.count("speed is NOT measured") == 1
+        assert out.stderr == ""  # notebooks graded by nbgrader: nothing on stderr
+
+
+def test_cpu_profile_has_no_peaks():
+    if runtime.has_gpu():
+        pytest.skip("this machine has a GPU")
+    prof = device.profile(refresh=True)
+    assert not prof.has_gpu and prof.ridge_point() is None
+    assert "interpreter" in prof.describe()
+
+
+def test_cache_is_keyed_by_gpu_driver_and_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSION_COURSE_CACHE", str(tmp_path))
+    a = device._cache_path("NVIDIA H200", "580.1", "2.11.0")
+    assert a.parent == tmp_path
+    assert a != device._cache_path("NVIDIA H100", "580.1", "2.11.0")
+    assert a != device._cache_path("NVIDIA H200", "580.2", "2.11.0")
+    assert a != device._cache_path("NVIDIA H200", "580.1", "2.12.0")
+
+
+def test_profile_round_trips_through_json():
+    prof = device.DeviceProfile("G", "d", "t", "tr", "2026-11-21", 3000.0, {"bf16": 700.0}, 50 << 20, 132, 2.5)
+    again = device.DeviceProfile(**json.loads(json.dumps(dataclasses.asdict(prof))))
+    assert again == prof
+    assert again.ridge_point() == pytest.approx(700e12 / 3000e9)
+    assert "3000 GB/s" in again.describe()
+
+
+def test_device_command_prints_the_profile():
+    out = subprocess.run([sys.executable, "-m", "autograder", "device"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert ("interpreter" in out.stdout) != runtime.has_gpu()
+
+
+@pytest.mark.gpu
+def test_measured_profile_is_plausible_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSION_COURSE_CACHE", str(tmp_path))
+    prof = device.profile(refresh=True, progress=False)
+    assert 500 < prof.copy_gbps < 10_000
+    assert 50 < prof.matmul_tflops["bf16"] < 3_000 and 50 < prof.matmul_tflops["fp16"] < 3_000
+    assert 0 < prof.launch_us < 100
+    cached = list(tmp_path.glob("device-*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["copy_gbps"] == prof.copy_gbps
+    device._profile = None
+    assert device.profile() == prof  # read back from the cache, not measured again
