@@ -59,7 +59,12 @@ def _student_error(exc: BaseException, function: str) -> str:
         if not any(part in fr.filename for part in library):
             where = f" (at {os.path.basename(fr.filename)}:{fr.lineno}: {fr.line})"
             break
-    return f"{function} raised {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}{where}"
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1 and lines[-1] != text:
+        # Triton's CompilationError opens with a position ("at 9:20:") and ends with the actual reason.
+        text = f"{text} ... {lines[-1]}"
+    return f"{function} raised {type(exc).__name__}: {text}{where}"
 
 
 def _compare(out: torch.Tensor, ref: torch.Tensor, dtype, atol: float, rtol: float) -> str | None:

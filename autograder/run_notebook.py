@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -32,6 +35,7 @@ def main(argv: list[str]) -> int:
     from autograder import registry
 
     namespace = {"__name__": "__main__", "__file__": str(nb_path)}
+    cells_dir = Path(tempfile.mkdtemp(prefix="notebook-cells-"))
     cell_errors = []
     code_cells = [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and not _is_test_cell(c)]
     for n, (i, cell) in enumerate(code_cells, 1):
@@ -39,10 +43,15 @@ def main(argv: list[str]) -> int:
         print(f"[cell {n}/{len(code_cells)}] running ...", flush=True)
         try:
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            exec(compile(source, f"<{nb_path.name} cell {i}>", "exec"), namespace)
+            # A real file per cell: compiled Triton reads a @jit function's source with inspect.
+            cell_file = cells_dir / f"{nb_path.stem}_cell{i}.py"
+            cell_file.write_text(source)
+            exec(compile(source, str(cell_file), "exec"), namespace)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt in a cell are the cell's failure too
             tb = traceback.format_exception(exc)
-            cell_errors.append({"cell": i, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-3:])})
+            defines = re.findall(r"^def (\w+)\(", source, re.M)
+            cell_errors.append({"cell": i, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-3:]),
+                                "defines": defines})
             print(f"[cell {n}/{len(code_cells)}] raised {type(exc).__name__}: {exc}", flush=True)
         else:
             print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s", flush=True)
@@ -59,13 +68,14 @@ def main(argv: list[str]) -> int:
         print(f"[grade] {ex.id} ...", flush=True)
         if fn is None:
             reason = f"{ex.function} is not defined in the notebook"
-            raised = [e for e in cell_errors if ex.function in e["traceback"] or "NotImplementedError" in e["error"]]
+            raised = [e for e in cell_errors if ex.function in e["defines"]]
             if raised:
-                reason += f" (a cell raised {raised[0]['error']})"
+                reason += f": the cell that defines it raised {raised[0]['error']}"
             results = [{"name": c, "status": "failed", "message": reason, "figures": {}} for c in chosen]
             reports.append({"exercise": ex.id, "passed": False, "results": results})
             continue
         reports.append(autograder.check(ex.id, fn, criteria=chosen).to_dict())
+    shutil.rmtree(cells_dir, ignore_errors=True)
     Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
     return 0
 

@@ -68,7 +68,7 @@ def _check(x: torch.Tensor, n_ops: int) -> None:
         raise ValueError("op_chain wants a contiguous tensor")
 
 
-def op_chain(x: torch.Tensor, n_ops: int, BLOCK: int = 2048, num_warps: int = 8) -> torch.Tensor:
+def op_chain(x: torch.Tensor, n_ops: int, BLOCK: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """All n ops in one Triton kernel: one read of x, one write of y."""
     _check(x, n_ops)
     y = torch.empty_like(x)

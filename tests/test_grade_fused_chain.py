@@ -314,8 +314,9 @@ def test_floor_division_grid_leaves_elements_never_written():
     r = check(EX, floor_grid_submission, criteria=["correctness"])["correctness"]
     assert r.status == "failed"
     assert "never written" in r.message
-    # 1024-wide column blocks: 1000 // 1024 == 0, so no program at all covers a (5, 1000) input.
-    pattern = r"shape 5x1000, float32, .*: 5000 of 5000 output elements were never written"
+    # 1024-wide column blocks: N // 1024 == 0 for every N < 1024, so no program covers a narrow input at
+    # all; the first cases listed are of that kind whatever dtypes this machine grades.
+    pattern = r"shape 1x7, float32, .*: 7 of 7 output elements were never written"
     assert re.search(pattern, r.message), r.message
 
 
@@ -434,7 +435,7 @@ def test_float32_output_for_float16_input_fails_on_dtype():
     assert r.status == "failed"
     assert "output dtype is float32, expected float16" in r.message
     for line in _failure_lines(r.message):
-        assert ", float16, " in line, line  # float32 inputs are handled right
+        assert ", float16, " in line or ", bfloat16, " in line, line  # float32 inputs are handled right
 
 
 def test_noisy_kernel_keeps_stderr_clean_and_reports_the_noise(capfd):

@@ -1,0 +1,37 @@
+"""Committed benchmark results: complete, dated, quoted in the README as they are."""
+
+import json
+
+import pytest
+
+from kernels import bench
+
+RESULTS = sorted(bench.RESULTS.glob("*.json"))
+
+
+def test_there_are_committed_results():
+    assert RESULTS, "run `python -m kernels.bench` on a GPU and commit kernels/results/"
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+def test_results_record_device_versions_and_date(path):
+    r = json.loads(path.read_text())
+    d = r["device"]
+    for key in ("name", "driver", "torch_version", "triton_version", "copy_gbps", "matmul_tflops"):
+        assert d[key], key
+    assert r["date"] and r["rows"]
+    assert path.with_suffix(".md").read_text() == bench.markdown(r)
+    assert path.with_suffix(".png").exists()
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+def test_fused_chain_goal_is_met(path):
+    r = json.loads(path.read_text())
+    goal = r["goals"]["fused_chain"]
+    row = next(x for x in r["rows"] if x["kernel"] == "fused_chain")
+    assert goal["met"] and row["fraction_of_copy"] >= 0.95 and row["speedup_vs_compile"] >= 1.0
+
+
+def test_readme_quotes_the_committed_results(root):
+    text = (root / "README.md").read_text()
+    assert bench.readme_with_results(text) == text, "README is stale: run `python -m kernels.bench --readme`"
