@@ -61,9 +61,15 @@ def _student_error(exc: BaseException, function: str) -> str:
             break
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     text = lines[0] if lines else ""
-    if len(lines) > 1 and lines[-1] != text:
-        # Triton's CompilationError opens with a position ("at 9:20:") and ends with the actual reason.
-        text = f"{text} ... {lines[-1]}"
+    # Triton's CompilationError opens with a position ("at 9:20:"); the reason is its cause (triton 3.6)
+    # or its last line (later versions).
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        text += f" ... {type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
+    else:
+        reasons = [ln for ln in lines[1:] if any(ch.isalnum() for ch in ln)]
+        if reasons:
+            text += f" ... {reasons[-1]}"
     return f"{function} raised {type(exc).__name__}: {text}{where}"
 
 
