@@ -18,9 +18,14 @@ from pathlib import Path
 
 from . import runtime
 
-# Peaks measured on an NVIDIA H200 (torch 2.11, triton 3.6, 2026-11-21). Used only to illustrate the cost
-# model on a machine with no GPU; every plot that uses them says so.
-REFERENCE_H200 = {"name": "NVIDIA H200 (reference figures)", "copy_gbps": 4244.0, "matmul_tflops": {"bf16": 687.0}}
+# Peaks measured on an NVIDIA H200 (torch 2.11, triton 3.6, kernels/results/nvidia-h200.json). Used only to
+# illustrate the cost model on a machine with no GPU; every plot that uses them says so.
+REFERENCE_H200 = {
+    "name": "NVIDIA H200 (reference figures)",
+    "copy_gbps": 4243.0,
+    "matmul_tflops": {"bf16": 686.0},
+    "launch_us": 4.0,
+}
 
 
 @dataclasses.dataclass

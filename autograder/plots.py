@@ -14,6 +14,11 @@ def peaks(profile: DeviceProfile, dtype: str = "bf16") -> tuple[float, float, st
     return REFERENCE_H200["copy_gbps"], REFERENCE_H200["matmul_tflops"]["bf16"], REFERENCE_H200["name"]
 
 
+def launch_seconds(profile: DeviceProfile) -> float:
+    """The measured launch time, or the H200 reference's without a GPU."""
+    return (profile.launch_us if profile.has_gpu else REFERENCE_H200["launch_us"]) * 1e-6
+
+
 def roofline(ax, profile: DeviceProfile, points=(), dtype: str = "bf16"):
     """Draw attainable TFLOP/s against arithmetic intensity (FLOP/byte) on ax.
 
