@@ -126,32 +126,73 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict):
     return out, watch, problems
 
 
-def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
-    """Run fn once on guard-padded inputs and list every problem found."""
-    ref = ex.reference(**inputs)
-    out, watch, problems = guarded_call(ex, fn, inputs)
-    if out is None:
-        return problems
-    if not isinstance(out, torch.Tensor):
-        return problems + [f"{ex.function} returned {type(out).__name__}, expected a torch.Tensor"]
+def _as_outputs(value, n: int):
+    """The outputs as a tuple, or None when fn returned the wrong kind or number of things."""
+    if n == 1:
+        return (value,) if isinstance(value, torch.Tensor) else None
+    if isinstance(value, (tuple, list)) and len(value) == n and all(isinstance(v, torch.Tensor) for v in value):
+        return tuple(value)
+    return None
+
+
+def _expected_kind(ex: KernelExercise) -> str:
+    n = len(ex.output_names)
+    return "a torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(ex.output_names)})"
+
+
+def _check_output(ex, name, out, ref, dtype, watch) -> str | None:
+    label = f"{name}: " if len(ex.output_names) > 1 else ""
     if tuple(out.shape) != tuple(ref.shape):
-        return problems + [f"output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"]
+        return f"{label}output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
-        return problems + [f"output dtype is {_dtype_name(out.dtype)}, expected {_dtype_name(dtype)}"]
+        return f"{label}output dtype is {_dtype_name(out.dtype)}, expected {_dtype_name(dtype)}"
     if out.device.type != torch.device(runtime.device()).type:
-        return problems + [f"output is on {out.device}, expected {runtime.device()}"]
+        return f"{label}output is on {out.device}, expected {runtime.device()}"
     if watch.owner(out) is not None:
         pv = poison_value(dtype)
         unwritten = (out == pv) & (ref.to(dtype) != pv)
         n = int(unwritten.sum())
         if n:
             first = [int(i) for i in torch.nonzero(unwritten)[0]]
-            problems.append(f"{n} of {out.numel()} output elements were never written (first at index {first})")
-            return problems
-    tol = ex.tolerance[dtype]
-    mismatch = _compare(out, ref, dtype, *tol)
-    if mismatch:
-        problems.append(mismatch)
+            return f"{label}{n} of {out.numel()} output elements were never written (first at index {first})"
+    mismatch = _compare(out, ref, dtype, *ex.tolerance[dtype])
+    return label + mismatch if mismatch else None
+
+
+def _diagnose(ex: KernelExercise, outs, inputs: dict) -> str | None:
+    """Name the bug when the output matches a known wrong formula better than the right one."""
+    for bug, wrong_reference in ex.diagnoses:
+        wrong = wrong_reference(**inputs)
+        wrong = wrong if isinstance(wrong, tuple) else (wrong,)
+        if all(_rel_err(o, w) < 0.1 * max(_rel_err(o, r), 1e-30) for o, w, r in
+               zip(outs, wrong, _as_tuple(ex.reference(**inputs)))):
+            return f"likely cause: {bug}"
+    return None
+
+
+def _as_tuple(v):
+    return v if isinstance(v, tuple) else (v,)
+
+
+def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
+    """Run fn once on guard-padded inputs and list every problem found."""
+    refs = _as_tuple(ex.reference(**inputs))
+    out, watch, problems = guarded_call(ex, fn, inputs)
+    if out is None:
+        return problems
+    outs = _as_outputs(out, len(refs))
+    if outs is None:
+        return problems + [f"{ex.function} returned {type(out).__name__}, expected {_expected_kind(ex)}"]
+    mismatched = False
+    for name, o, r in zip(ex.output_names, outs, refs):
+        msg = _check_output(ex, name, o, r, dtype, watch)
+        if msg:
+            problems.append(msg)
+            mismatched = mismatched or "differ from the reference" in msg
+    if mismatched and ex.diagnoses:
+        hint = _diagnose(ex, outs, inputs)
+        if hint:
+            problems.append(hint)
     return problems
 
 
@@ -208,32 +249,59 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float(diff.norm() / ref[finite].norm().clamp_min(1e-300))
 
 
+def _slope(lengths, errs) -> float:
+    """Exponent p of err ~ length**p, from the first and last points."""
+    if len(lengths) < 2 or errs[0] <= 0 or errs[-1] <= 0:
+        return 0.0
+    return math.log(errs[-1] / errs[0]) / math.log(lengths[-1] / lengths[0])
+
+
 def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures = {}, []
+    shapes = ex.precision_shapes or (ex.precision_shape,)
     for dtype in graded_dtypes():
-        inputs = _inputs(ex, ex.precision_shape, dtype, _seed(cfg.secret_seed, "precision", dtype))
-        ref = ex.reference(**inputs)
-        out, _, problems = guarded_call(ex, fn, inputs)
-        if problems:
-            return CriterionResult("precision", FAILED, "; ".join(problems), figures)
-        if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
-            return CriterionResult("precision", FAILED, "the output has the wrong type or shape (see correctness)", figures)
-        err = _rel_err(out, ref)
-        ideal = _rel_err(ref.to(dtype), ref)
-        bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
         name = _dtype_name(dtype)
-        figures[f"rel_err_{name}"] = err
-        figures[f"bound_{name}"] = bound
-        if not err <= bound:  # NaN fails too
-            failures.append(
-                f"{name}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
-                f"(rounding the exact result to {name} alone costs {ideal:.3g}). {ex.precision_note}".strip()
-            )
+        errs, ratios = [], []
+        for shape in shapes:
+            inputs = _inputs(ex, shape, dtype, _seed(cfg.secret_seed, "precision", shape, dtype))
+            refs = _as_tuple(ex.reference(**inputs))
+            out, _, problems = guarded_call(ex, fn, inputs)
+            if problems:
+                return CriterionResult("precision", FAILED, "; ".join(problems), figures)
+            outs = _as_outputs(out, len(refs))
+            if outs is None or any(o.shape != r.shape for o, r in zip(outs, refs)):
+                return CriterionResult("precision", FAILED, "the outputs have the wrong type or shape (see correctness)",
+                                       figures)
+            err = max(_rel_err(o, r) for o, r in zip(outs, refs))
+            ideal = max(_rel_err(r.to(dtype), r) for r in refs)
+            bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
+            errs.append(err)
+            ratios.append(err / bound if bound > 0 else math.inf)
+            key = name if len(shapes) == 1 else f"{name}@{shape.dims[-1]}"
+            figures[f"rel_err_{key}"] = err
+            figures[f"bound_{key}"] = bound
+            if not err <= bound:  # NaN fails too
+                failures.append(
+                    f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
+                    f"(rounding the exact result to {name} alone costs {ideal:.3g})"
+                )
+        if len(shapes) > 1:
+            lengths = [s.dims[-1] for s in shapes]
+            p = _slope(lengths, errs)
+            figures[f"growth_exponent_{name}"] = p
+            if any(r > 1 for r in ratios) and p > 0.25:
+                failures.append(
+                    f"{name}: the error grows like H^{p:.2f} with the reduced length (from {errs[0]:.2g} at "
+                    f"H={lengths[0]} to {errs[-1]:.2g} at H={lengths[-1]}): the signature of accumulating in low "
+                    "precision. Accumulate the statistics in float32."
+                )
     if failures:
-        return CriterionResult("precision", FAILED, "\n".join(failures), figures)
-    worst = max((figures[k] / figures["bound_" + k[8:]]) for k in figures if k.startswith("rel_err_"))
+        note = f"\n{ex.precision_note}" if ex.precision_note else ""
+        return CriterionResult("precision", FAILED, "\n".join(failures) + note, figures)
+    worst = max(v / figures["bound_" + k[len("rel_err_"):]] for k, v in figures.items() if k.startswith("rel_err_"))
     return CriterionResult(
-        "precision", PASSED, f"relative error within bounds for every dtype (worst at {worst:.2f} of its bound)", figures
+        "precision", PASSED, f"relative error within bounds for every dtype and size (worst at {worst:.2f} of its bound)",
+        figures,
     )
 
 
@@ -254,9 +322,11 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         torch.cuda.synchronize()
     except Exception as exc:
         return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
-    expected = ex.eager(*args)
-    if not isinstance(out, torch.Tensor) or out.shape != expected.shape or not torch.allclose(
-        out.float(), expected.float(), atol=5e-2, rtol=5e-2, equal_nan=True
+    expected = _as_tuple(ex.eager(*args))
+    outs = _as_outputs(out, len(expected))
+    if outs is None or not all(
+        o.shape == e.shape and torch.allclose(o.float(), e.float(), atol=5e-2, rtol=5e-2, equal_nan=True)
+        for o, e in zip(outs, expected)
     ):
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
     ms = bench_ms(lambda: fn(*args))

@@ -69,6 +69,9 @@ class KernelExercise(Exercise):
     flops: Callable[..., int] | None = None  # set for compute-bound exercises (graded in TFLOP/s)
     shapes: tuple[Shape, ...] = ()
     precision_shape: Shape = None
+    # Several shapes along the reduced dimension, smallest first: the precision check then also fits how
+    # the error grows with that length, and names low-precision accumulation when it grows.
+    precision_shapes: tuple[Shape, ...] = ()
     perf_shape: Shape = None
     perf_dtype: torch.dtype = torch.bfloat16
     max_launches: int = 1
@@ -81,6 +84,9 @@ class KernelExercise(Exercise):
     special_values: bool = True  # also grade inputs holding NaN and +-Inf
     default_min_fraction: float = 0.5
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise
+    output_names: tuple[str, ...] = ("output",)  # the function returns a tuple when there are several
+    # (bug name, reference computing the wrong formula): named when an output matches one of them.
+    diagnoses: tuple = ()
 
     def args(self, inputs: dict) -> tuple:
         return tuple(inputs.values())

@@ -1,0 +1,127 @@
+"""Fused RMSNorm forward: y = x / sqrt(mean(x^2) + eps) * weight, over the last dimension of x (M, H).
+
+Bytes through HBM, |x| = M * H * element size (weight and per-row statistics are negligible):
+    unfused, 3 kernels (sum of squares; x * rstd; * weight)   read |x|; read |x|, write |x|; read, write  ~5|x|
+    fused, two passes over the row (stats, then normalise)    read 2|x|, write |x|                         3|x|
+    fused, one pass (the row stays in registers)              read |x|, write |x|                          2|x|
+The statistic is accumulated in fp32 whatever the storage dtype; only the store rounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_H = 16384  # the one-pass kernel keeps a whole row in registers
+
+
+@triton.jit
+def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK_H: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_H)
+    mask = cols < H
+    x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """y = x / sqrt(mean(x^2) + eps) * weight for x (M, H), H <= 16384: one read of x, one write of y."""
+    if x.dim() != 2 or weight.shape != (x.shape[1],):
+        raise ValueError(f"want x (M, H) and weight (H,), got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if x.stride(1) != 1 or x.shape[1] > 16384:
+        raise ValueError("rows must be contiguous (they may be strided) and at most 16384 wide")
+    M, H = x.shape
+    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
+    BLOCK_H = triton.next_power_of_2(H)  # the whole row in registers
+    num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
+    _rmsnorm_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK_H=BLOCK_H, num_warps=num_warps)
+    return y
+
+
+@triton.jit
+def _rmsnorm_two_pass_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, H, BLOCK):  # pass 1: the statistic
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < H, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / H + eps)
+    for start in range(0, H, BLOCK):  # pass 2: read x again, normalise, store
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < H
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rmsnorm_two_pass(x: torch.Tensor, weight: torch.Tensor, eps: float, BLOCK: int = 1024) -> torch.Tensor:
+    """Any H, bounded registers, but x is read twice (the second read may hit L2 for short rows)."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError("want a 2-D x with a contiguous last dimension")
+    M, H = x.shape
+    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
+    _rmsnorm_two_pass_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK=BLOCK, num_warps=4)
+    return y
+
+
+@triton.jit
+def _rmsnorm_lowp_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK: tl.constexpr,
+                         ACC_DTYPE: tl.constexpr):
+    # The precision bug on purpose: the running sum of squares is rounded to ACC_DTYPE after every add.
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK], dtype=ACC_DTYPE)
+    for start in range(0, H, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < H, other=0.0).to(tl.float32)
+        acc = (acc.to(tl.float32) + x * x).to(ACC_DTYPE)
+    rstd = 1.0 / tl.sqrt(tl.sum(acc.to(tl.float32), axis=0) / H + eps)
+    for start in range(0, H, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < H
+        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+
+def rmsnorm_lowp_accumulator(x: torch.Tensor, weight: torch.Tensor, eps: float, acc_dtype=torch.bfloat16,
+                             BLOCK: int = 32) -> torch.Tensor:
+    """RMSNorm whose statistic is accumulated in acc_dtype: for the precision experiment only."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise ValueError("want a 2-D x with a contiguous last dimension")
+    M, H = x.shape
+    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
+    _rmsnorm_lowp_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK=BLOCK,
+                               ACC_DTYPE=_TL_DTYPES[acc_dtype], num_warps=1)
+    return y
+
+
+def rmsnorm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Unfused, 3 full-size kernels (~5|x|): the norm of each row, x * rstd, * weight."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+    rstd = torch.rsqrt(norm.square() / x.shape[-1] + eps)
+    return (x * rstd.to(x.dtype)) * weight
+
+
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xd = x.double()
+    return xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps) * weight.double()
+
+
+def rmsnorm_bytes(x: torch.Tensor, weight: torch.Tensor, eps: float = 0.0) -> int:
+    """Read x and weight once, write y once."""
+    return 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
+
+
+def sqrt_fit(h, err) -> float:
+    """Least-squares c in err ~ c * sqrt(h) (for the precision plot)."""
+    num = sum(e * math.sqrt(v) for v, e in zip(h, err))
+    return num / sum(h)
