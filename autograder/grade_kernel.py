@@ -164,8 +164,9 @@ def _diagnose(ex: KernelExercise, outs, inputs: dict) -> str | None:
     for bug, wrong_reference in ex.diagnoses:
         wrong = wrong_reference(**inputs)
         wrong = wrong if isinstance(wrong, tuple) else (wrong,)
-        if all(_rel_err(o, w) < 0.1 * max(_rel_err(o, r), 1e-30) for o, w, r in
-               zip(outs, wrong, _as_tuple(ex.reference(**inputs)))):
+        pairs = [(_rel_err(o, w), _rel_err(o, r)) for o, w, r in zip(outs, wrong, _as_tuple(ex.reference(**inputs)))]
+        # Every output at least as close to the wrong formula, and one of them far closer.
+        if all(ew <= er * 1.01 + 1e-12 for ew, er in pairs) and any(ew < 0.1 * er for ew, er in pairs):
             return f"likely cause: {bug}"
     return None
 
@@ -257,7 +258,7 @@ def _slope(lengths, errs) -> float:
 
 
 def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    figures, failures = {}, []
+    figures, failures, hint = {}, [], None
     shapes = ex.precision_shapes or (ex.precision_shape,)
     for dtype in graded_dtypes():
         name = _dtype_name(dtype)
@@ -281,6 +282,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             figures[f"rel_err_{key}"] = err
             figures[f"bound_{key}"] = bound
             if not err <= bound:  # NaN fails too
+                hint = hint or (_diagnose(ex, outs, inputs) if ex.diagnoses else None)
                 failures.append(
                     f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
                     f"(rounding the exact result to {name} alone costs {ideal:.3g})"
@@ -296,7 +298,8 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                     "precision. Accumulate the statistics in float32."
                 )
     if failures:
-        note = f"\n{ex.precision_note}" if ex.precision_note else ""
+        # A recognised wrong formula explains the error better than the generic advice on accumulators.
+        note = f"\n{hint}" if hint else (f"\n{ex.precision_note}" if ex.precision_note else "")
         return CriterionResult("precision", FAILED, "\n".join(failures) + note, figures)
     worst = max(v / figures["bound_" + k[len("rel_err_"):]] for k, v in figures.items() if k.startswith("rel_err_"))
     return CriterionResult(

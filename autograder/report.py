@@ -95,7 +95,10 @@ def format_table(reports: list[Report]) -> str:
     rows = [("exercise", "criterion", "result", "message / figures")]
     for rep in reports:
         for r in rep.results:
-            figs = ", ".join(f"{k}={_fmt(v)}" for k, v in r.figures.items())
+            items = [f"{k}={_fmt(v)}" for k, v in r.figures.items()]
+            if len(items) > 6:  # the full set is in --json and in the notebook's HTML table
+                items = items[:6] + [f"+{len(items) - 6} more"]
+            figs = ", ".join(items)
             text = r.message + (f"\n[{figs}]" if figs else "")
             lines = text.splitlines() or [""]
             rows.append((rep.exercise, r.name, _MARK[r.status], lines[0]))

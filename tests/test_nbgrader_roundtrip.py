@@ -1,6 +1,12 @@
-"""A real nbgrader round trip on the CPU: release, three submissions, autograde, export, feedback."""
+"""A real nbgrader round trip on the CPU: release, three submissions per notebook, autograde, export, feedback.
+
+alice hands in the solutions, bob the untouched release, carol one planted bug per exercise. The grading
+configuration (grading.toml) requires performance to be measured, so on this GPU-less machine every
+performance cell scores 0 for everyone, and every other cell is decided by the code alone.
+"""
 
 import csv
+import html
 import shutil
 import subprocess
 import sys
@@ -11,41 +17,80 @@ import pytest
 from autograder import build
 
 pytestmark = pytest.mark.slow
-NAME = "01_hbm_cost_model"
+NB1, NB2 = "01_hbm_cost_model", "02_vertical_fusion"
 
-# What each student hands in for each solution cell (by grade_id); None keeps the release's stub.
-TORCH_FALLBACK = '''
+# carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
+CAROL = {
+    NB1: {
+        "chain_times": """
+def chain_times(n_ops, size_bytes, bandwidth, launch_s):
+    t = 2 * size_bytes / bandwidth
+    return n_ops * t, t + launch_s          # forgets the launches of the unfused chain
+""",
+        "fused_chain": """
 import torch
 def fused_chain(x, bias, alpha):
     # right numbers (fp32 math, one rounding), but torch does the work: no Triton kernel
     return (alpha * torch.nn.functional.silu(x.float() + bias.float())).to(x.dtype)
-'''
-NO_LAUNCH = '''
-def chain_times(n_ops, size_bytes, bandwidth, launch_s):
-    t = 2 * size_bytes / bandwidth
-    return n_ops * t, t + launch_s          # forgets the launches of the unfused chain
-'''
+""",
+        "layer_traffic": None,  # the solution
+    },
+    NB2: {
+        "rmsnorm": ("rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)",
+                    "rstd = 1.0 / (tl.sqrt(tl.sum(x * x, axis=0) / H) + eps)"),
+        "add_rmsnorm": ("    sf = s.to(tl.float32)\n", "    sf = x.to(tl.float32)\n"),
+        "layernorm": ("    xc = tl.where(mask, d - mean_d, 0.0)  # the padding lanes must not count in the variance\n"
+                      "    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / H + eps)\n",
+                      "    mean = tl.sum(x, axis=0) / H\n"
+                      "    xc = tl.where(mask, x - mean, 0.0)\n"
+                      "    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H - mean * mean + eps)\n"),
+        "rmsnorm_repaired": "def rmsnorm_repaired(x, weight, eps):\n    return rmsnorm_buggy(x, weight, eps)  # not repaired\n",
+        "rmsnorm_backward": ("dx = rstd * (g - xhat * (tl.sum(g * xhat, axis=0) / H))", "dx = rstd * g"),
+    },
+}
+# Cells that must score 0 for carol (besides performance, 0 for everyone here).
+CAROL_FAILS = {
+    NB1: {"test_cost_model", "test_fused_chain_fusion"},
+    NB2: {f"test_{ex}_{c}" for ex in ("rmsnorm", "add_rmsnorm", "layernorm", "rmsnorm_repair", "rmsnorm_backward")
+          for c in ("correctness", "precision")},
+}
+# What carol's feedback must say, per notebook.
+CAROL_FEEDBACK = {
+    NB1: ["no Triton kernel ran", "launch overhead", "not measured (no GPU)"],
+    NB2: ["eps added after the square root", "x is normalised instead of the sum", "E[x^2] - E[x]^2",
+          "grows like H^", "leaves out the term"],
+}
+POINTS = {NB1: (14, 11), NB2: (45, 33)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):
     return subprocess.run(
         [sys.executable, "-m", "nbgrader", *args, f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"],
-        cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=1200,
+        cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=1800,
     )
 
 
-def _submit(work, student, answers):
-    release = nbformat.read(work / "course" / NAME / f"{NAME}.ipynb", as_version=4)
-    source = nbformat.read(work / "solutions" / NAME / f"{NAME}.ipynb", as_version=4)
+def _submit(work, student, name, answers):
+    release = nbformat.read(work / "course" / name / f"{name}.ipynb", as_version=4)
+    source = nbformat.read(work / "solutions" / name / f"{name}.ipynb", as_version=4)
     solutions = {c.metadata["nbgrader"]["grade_id"]: c.source for c in source.cells
                  if c.metadata.get("nbgrader", {}).get("solution")}
     for cell in release.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in answers:
-            cell.source = solutions[gid] if answers[gid] == "solution" else answers[gid]
-    folder = work / "submitted" / student / NAME
+        if gid not in answers:
+            continue
+        answer = answers[gid]
+        if answer is None or answer == "solution":
+            cell.source = solutions[gid]
+        elif isinstance(answer, tuple):
+            old, new = answer
+            assert old in solutions[gid], f"planted bug for {gid} no longer applies to the solution"
+            cell.source = solutions[gid].replace(old, new)
+        else:
+            cell.source = answer
+    folder = work / "submitted" / student / name
     folder.mkdir(parents=True)
-    nbformat.write(release, folder / f"{NAME}.ipynb")
+    nbformat.write(release, folder / f"{name}.ipynb")
 
 
 @pytest.fixture(scope="module")
@@ -54,70 +99,76 @@ def graded(tmp_path_factory):
     work = tmp_path_factory.mktemp("course")
     for f in ("nbgrader_config.py", "grading.toml"):
         shutil.copy(root / f, work)
-    shutil.copytree(root / "solutions" / NAME, work / "solutions" / NAME)
-    r = _nbgrader(work, "generate_assignment", NAME, "--force")
-    assert r.returncode == 0, r.stderr
-    everything = {"chain_times": "solution", "layer_traffic": "solution", "fused_chain": "solution"}
-    _submit(work, "alice", everything)  # the full solution
-    _submit(work, "bob", {})  # the untouched release
-    _submit(work, "carol", {**everything, "chain_times": NO_LAUNCH, "fused_chain": TORCH_FALLBACK})
-    r = _nbgrader(work, "autograde", NAME, "--force")
-    assert r.returncode == 0, r.stdout + r.stderr
+    for name in (NB1, NB2):
+        shutil.copytree(root / "solutions" / name, work / "solutions" / name)
+        r = _nbgrader(work, "generate_assignment", name, "--force")
+        assert r.returncode == 0, r.stderr
+        solution_ids = [c.metadata["nbgrader"]["grade_id"]
+                        for c in nbformat.read(work / "solutions" / name / f"{name}.ipynb", as_version=4).cells
+                        if c.metadata.get("nbgrader", {}).get("solution")]
+        _submit(work, "alice", name, {gid: "solution" for gid in solution_ids})
+        _submit(work, "bob", name, {})
+        _submit(work, "carol", name, CAROL[name])
+        r = _nbgrader(work, "autograde", name, "--force")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = _nbgrader(work, "generate_feedback", name, "--force")
+        assert r.returncode == 0, r.stderr
     r = _nbgrader(work, "export", "--to", str(work / "grades.csv"))
     assert r.returncode == 0, r.stderr
     with open(work / "grades.csv") as f:
-        rows = {row["student_id"]: row for row in csv.DictReader(f)}
-    r = _nbgrader(work, "generate_feedback", NAME, "--force")
-    assert r.returncode == 0, r.stderr
+        rows = {(row["student_id"], row["assignment"]): row for row in csv.DictReader(f)}
     return work, rows
 
 
-def _scores(work, student):
+def _scores(work, student, name):
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{work}/gradebook.db") as gb:
-        nb = gb.find_submission_notebook(NAME, NAME, student)
+        nb = gb.find_submission_notebook(name, name, student)
         return {g.name: (g.score, g.max_score) for g in nb.grades}
 
 
-CPU_GRADABLE = {"test_cost_model", "test_layer_traffic", "test_fused_chain_correctness",
-                "test_fused_chain_precision", "test_fused_chain_fusion"}
-
-
-def test_solution_gets_full_marks_on_every_cpu_gradable_cell(graded):
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_solution_gets_full_marks_on_every_cpu_gradable_cell(graded, name):
     work, _ = graded
-    scores = _scores(work, "alice")
-    assert set(scores) == CPU_GRADABLE | {"test_fused_chain_performance"}
-    for cell in CPU_GRADABLE:
-        assert scores[cell][0] == scores[cell][1] > 0, (cell, scores[cell])
-    # grading.toml requires performance to be measured: a grading machine without a GPU gives 0, not a pass.
-    assert scores["test_fused_chain_performance"][0] == 0
+    scores = _scores(work, "alice", name)
+    for cell, (score, max_score) in scores.items():
+        if cell.endswith("_performance"):
+            assert score == 0, "grading.toml requires performance: without a GPU it must not pass"
+        else:
+            assert score == max_score > 0, (cell, score, max_score)
 
 
-def test_untouched_release_scores_zero(graded):
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_untouched_release_scores_zero(graded, name):
     work, rows = graded
-    assert all(score == 0 for score, _ in _scores(work, "bob").values())
-    assert float(rows["bob"]["raw_score"]) == 0
+    assert all(score == 0 for score, _ in _scores(work, "bob", name).values())
+    assert float(rows[("bob", name)]["raw_score"]) == 0
 
 
-def test_planted_bugs_fail_exactly_the_expected_cells(graded):
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_planted_bugs_fail_exactly_the_expected_cells(graded, name):
     work, _ = graded
-    failed = {cell for cell, (score, _) in _scores(work, "carol").items() if score == 0}
-    assert failed == {"test_cost_model", "test_fused_chain_fusion", "test_fused_chain_performance"}
+    scores = _scores(work, "carol", name)
+    failed = {cell for cell, (score, _) in scores.items() if score == 0}
+    performance = {cell for cell in scores if cell.endswith("_performance")}
+    assert failed == CAROL_FAILS[name] | performance
 
 
-def test_csv_has_every_student_with_the_right_totals(graded):
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_csv_has_every_student_with_the_right_totals(graded, name):
     work, rows = graded
-    assert set(rows) == {"alice", "bob", "carol"}
-    total = float(rows["alice"]["max_score"])
-    assert total == 14
-    assert float(rows["alice"]["raw_score"]) == 11  # all but the 3 performance points
-    assert float(rows["carol"]["raw_score"]) == 11 - 2 - 2
+    total, cpu_points = POINTS[name]
+    for student in ("alice", "bob", "carol"):
+        assert float(rows[(student, name)]["max_score"]) == total
+    assert float(rows[("alice", name)]["raw_score"]) == cpu_points
+    lost = sum(mx for cell, (_, mx) in _scores(work, "carol", name).items() if cell in CAROL_FAILS[name])
+    assert float(rows[("carol", name)]["raw_score"]) == cpu_points - lost
 
 
-def test_feedback_names_the_failures(graded):
+@pytest.mark.parametrize("name", [NB1, NB2])
+def test_feedback_names_the_failures(graded, name):
     work, _ = graded
-    html = (work / "feedback" / "carol" / NAME / f"{NAME}.html").read_text()
-    assert "no Triton kernel ran" in html
-    assert "launch overhead" in html  # the named bug of the cost model
-    assert "not measured (no GPU)" in html
+    text = html.unescape((work / "feedback" / "carol" / name / f"{name}.html").read_text())
+    for phrase in CAROL_FEEDBACK[name]:
+        assert phrase in text, phrase

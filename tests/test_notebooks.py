@@ -21,7 +21,7 @@ def _solution_nb(root, name):
 
 
 def test_there_are_notebooks():
-    assert "01_hbm_cost_model" in NOTEBOOKS
+    assert {"01_hbm_cost_model", "02_vertical_fusion"} <= set(NOTEBOOKS)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -88,14 +88,29 @@ def _solution_block(nb, grade_id):
     return src[src.index("### BEGIN SOLUTION") + len("### BEGIN SOLUTION") : src.index("### END SOLUTION")]
 
 
-def test_fused_chain_solution_is_the_reference_kernel(root):
-    """The notebook's solution and kernels/fused_chain.py must not drift: same kernel, same launcher."""
-    from kernels import fused_chain as ref
+# (notebook, solution cell) -> (module in kernels/, the functions the cell must hold, in order)
+SOLUTIONS_FROM_KERNELS = {
+    ("01_hbm_cost_model", "fused_chain"): ("fused_chain", ["_fused_chain_kernel", "fused_chain"]),
+    ("02_vertical_fusion", "rmsnorm"): ("rmsnorm", ["_rmsnorm_kernel", "rmsnorm"]),
+    ("02_vertical_fusion", "add_rmsnorm"): ("add_rmsnorm", ["_add_rmsnorm_kernel", "add_rmsnorm"]),
+    ("02_vertical_fusion", "layernorm"): ("layernorm", ["_layernorm_kernel", "layernorm"]),
+    ("02_vertical_fusion", "rmsnorm_backward"): (
+        "rmsnorm_backward", ["_rmsnorm_bwd_kernel", "_sum_partials_kernel", "_programs", "rmsnorm_backward"]),
+}
 
-    block = _solution_block(_solution_nb(root, "01_hbm_cost_model"), "fused_chain")
-    kernel = getattr(ref._fused_chain_kernel, "fn", ref._fused_chain_kernel)  # the function under @triton.jit
-    expected = inspect.getsource(kernel) + "\n\n" + inspect.getsource(ref.fused_chain)
-    assert ast.dump(ast.parse(textwrap.dedent(block))) == ast.dump(ast.parse(expected))
+
+@pytest.mark.parametrize("notebook,cell", list(SOLUTIONS_FROM_KERNELS), ids=lambda v: str(v))
+def test_solution_cell_is_the_reference_kernel(root, notebook, cell):
+    """Solution cells and kernels/ must not drift: the same kernels and launchers, statement for statement."""
+    import importlib
+
+    module_name, names = SOLUTIONS_FROM_KERNELS[(notebook, cell)]
+    module = importlib.import_module(f"kernels.{module_name}")
+    block = _solution_block(_solution_nb(root, notebook), cell)
+    expected = "\n\n".join(inspect.getsource(getattr(getattr(module, n), "fn", getattr(module, n))) for n in names)
+    assert ast.dump(ast.parse(textwrap.dedent(block))) == ast.dump(ast.parse(expected)), (
+        f"solutions/{notebook} cell {cell!r} differs from kernels/{module_name}.py"
+    )
 
 
 def test_numeric_solutions_agree_with_the_grader(root):

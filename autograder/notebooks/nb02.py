@@ -108,6 +108,13 @@ def _add_norm_of_x(x, residual, weight, eps):
     return rn.rmsnorm_reference(x, weight, eps), s
 
 
+def _bwd_without_mean_term(x, weight, dy, eps):
+    dx, dw = rb.rmsnorm_backward_reference(x, weight, dy, eps)
+    xd = x.double()
+    rstd = torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps)
+    return rstd * dy.double() * weight.double(), dw
+
+
 def _ln_unbiased(x, weight, bias, eps):
     xd = x.double()
     mean = xd.mean(-1, keepdim=True)
@@ -259,6 +266,8 @@ RMSNORM_BACKWARD = KernelExercise(
     precision_floor={torch.float32: 1e-5},
     precision_note=ACCUMULATE_NOTE + " dweight sums over every row: accumulate it in float32 too.",
     output_names=("dx", "dweight"),
+    diagnoses=(("dx leaves out the term - xhat * mean(g * xhat) that comes from rstd depending on x",
+                _bwd_without_mean_term),),
     max_launches=2,
     special_values=False,
 )
