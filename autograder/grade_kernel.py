@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import traceback
+import warnings
 
 import numpy as np
 import torch
@@ -251,10 +252,13 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _slope(lengths, errs) -> float:
-    """Exponent p of err ~ length**p, from the first and last points."""
-    if len(lengths) < 2 or errs[0] <= 0 or errs[-1] <= 0:
+    """Least-squares exponent p of err ~ length**p (log-log fit over every point)."""
+    pts = [(math.log(n), math.log(e)) for n, e in zip(lengths, errs) if e > 0]
+    if len(pts) < 2:
         return 0.0
-    return math.log(errs[-1] / errs[0]) / math.log(lengths[-1] / lengths[0])
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
 
 
 def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
@@ -262,7 +266,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     shapes = ex.precision_shapes or (ex.precision_shape,)
     for dtype in graded_dtypes():
         name = _dtype_name(dtype)
-        errs, ratios = [], []
+        errs, excess, ratios = [], [], []
         for shape in shapes:
             inputs = _inputs(ex, shape, dtype, _seed(cfg.secret_seed, "precision", shape, dtype))
             refs = _as_tuple(ex.reference(**inputs))
@@ -277,6 +281,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             ideal = max(_rel_err(r.to(dtype), r) for r in refs)
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
             errs.append(err)
+            excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
             ratios.append(err / bound if bound > 0 else math.inf)
             key = name if len(shapes) == 1 else f"{name}@{shape.dims[-1]}"
             figures[f"rel_err_{key}"] = err
@@ -289,7 +294,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 )
         if len(shapes) > 1:
             lengths = [s.dims[-1] for s in shapes]
-            p = _slope(lengths, errs)
+            p = _slope(lengths, excess)
             figures[f"growth_exponent_{name}"] = p
             if any(r > 1 for r in ratios) and p > 0.25:
                 failures.append(
@@ -325,13 +330,14 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         torch.cuda.synchronize()
     except Exception as exc:
         return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
-    expected = _as_tuple(ex.eager(*args))
+    # A fast wrong answer earns nothing: compare with the float64 reference first (loosely: this guards
+    # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
+    # own reductions drift by more than that at this size.
+    expected = _as_tuple(ex.reference(**inputs))
     outs = _as_outputs(out, len(expected))
-    if outs is None or not all(
-        o.shape == e.shape and torch.allclose(o.float(), e.float(), atol=5e-2, rtol=5e-2, equal_nan=True)
-        for o, e in zip(outs, expected)
-    ):
+    if outs is None or not all(o.shape == e.shape and _rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
+    del expected
     ms = bench_ms(lambda: fn(*args))
     eager_ms = bench_ms(lambda: ex.eager(*args))
     speedup = eager_ms / ms
@@ -375,9 +381,11 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
 def _count_gpu_kernels(run) -> tuple[int, list[str]]:
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
+    with warnings.catch_warnings():  # the profiler's own notices are not the student's business
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
     names = [
         e.name
         for e in prof.events()

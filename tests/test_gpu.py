@@ -63,3 +63,20 @@ def test_torch_fallback_fails_fusion_on_gpu():
     report = check("01.fused_chain", fallback, criteria=["fusion"])
     assert report["fusion"].status == "failed"
     assert "no Triton kernel ran" in report["fusion"].message
+
+
+@pytest.mark.parametrize("exercise,module,name", [
+    ("02.rmsnorm", "rmsnorm", "rmsnorm"),
+    ("02.add_rmsnorm", "add_rmsnorm", "add_rmsnorm"),
+    ("02.layernorm", "layernorm", "layernorm"),
+    ("02.rmsnorm_repair", "rmsnorm", "rmsnorm"),
+    ("02.rmsnorm_backward", "rmsnorm_backward", "rmsnorm_backward"),
+])
+def test_notebook_02_references_pass_every_criterion_on_gpu(exercise, module, name):
+    import importlib
+
+    fn = getattr(importlib.import_module(f"kernels.{module}"), name)
+    report = check(exercise, fn)
+    assert report.passed, str(report)
+    assert report["performance"].status == "passed"
+    assert "bfloat16" in report["correctness"].figures["dtypes"]
