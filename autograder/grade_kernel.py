@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import traceback
 import warnings
 
@@ -60,18 +61,31 @@ def _student_error(exc: BaseException, function: str) -> str:
         if not any(part in fr.filename for part in library):
             where = f" (at {os.path.basename(fr.filename)}:{fr.lineno}: {fr.line})"
             break
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    text = lines[0] if lines else ""
-    # Triton's CompilationError opens with a position ("at 9:20:"); the reason is its cause (triton 3.6)
-    # or its last line (later versions).
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        text += f" ... {type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
-    else:
-        reasons = [ln for ln in lines[1:] if any(ch.isalnum() for ch in ln)]
-        if reasons:
-            text += f" ... {reasons[-1]}"
+    text = _first_line(exc)
+    # Triton's CompilationError opens with a position ("at 9:20:") and carries the reason in its chain of
+    # causes (triton 3.6, nested once per jit function) or in its last line (later versions).
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    reason = _reason_line(root)
+    if reason and reason != text:
+        text += f" ... {reason}"
     return f"{function} raised {type(exc).__name__}: {text}{where}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def _reason_line(exc: BaseException) -> str:
+    """The line of an exception that says what went wrong (not where)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if any(ch.isalnum() for ch in ln)]
+    if not lines:
+        return type(exc).__name__
+    if re.fullmatch(r"at \d+:\d+:", lines[0]):  # a position; the message is at the end
+        return lines[-1] if len(lines) > 1 else lines[0]
+    return f"{type(exc).__name__}: {lines[0]}"
 
 
 def _compare(out: torch.Tensor, ref: torch.Tensor, dtype, atol: float, rtol: float) -> str | None:
