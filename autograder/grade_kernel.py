@@ -15,7 +15,7 @@ from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
 from .report import FAILED, PASSED, SKIPPED, CriterionResult
-from .sandbox import Guarded, TritonLaunches, Watch, poison_value, quiet
+from .sandbox import Guarded, TritonLaunches, Watch, poison_value
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise, Shape
 from .timing import bench_ms

@@ -6,7 +6,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-import autograder  # noqa: E402  (picks GPU or interpreter before any test module defines a kernel)
+import autograder  # noqa: E402, F401  (picks GPU or interpreter before any test module defines a kernel)
 from autograder import runtime  # noqa: E402
 
 
