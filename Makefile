@@ -18,7 +18,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test course notebooks bench device check lint clean
+.PHONY: lab test course bench device check grade clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -50,6 +50,11 @@ bench: $(STAMP)
 
 device: $(STAMP)
 	$(BIN)/python -m autograder device
+
+# Grade every submission of one assignment, each student in a process of its own: make grade ASSIGNMENT=01_hbm_cost_model
+grade: $(STAMP)
+	@test -n "$(ASSIGNMENT)" || (echo "usage: make grade ASSIGNMENT=<name>"; exit 2)
+	$(BIN)/python -m autograder grade-class $(ASSIGNMENT)
 
 check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/01_hbm_cost_model/01_hbm_cost_model.ipynb

@@ -20,7 +20,26 @@ def main(argv=None) -> int:
     p_check.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default 1800)")
     p_check.add_argument("--criteria", default=None, help="comma-separated criteria to grade (default: all)")
     p_check.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
+    p_class = sub.add_parser("grade-class", help="nbgrader autograde for every student, each in its own process")
+    p_class.add_argument("assignment")
+    p_class.add_argument("--timeout", type=float, default=3600, help="seconds per student (default 3600)")
+    p_class.add_argument("--force", action="store_true", help="grade again students graded before")
+    p_class.add_argument("--csv", default=None, help="where to write the grades (default grades-ASSIGNMENT.csv)")
+    p_class.add_argument("--db", default=None, help="nbgrader database URL (default gradebook.db here)")
     args = parser.parse_args(argv)
+
+    if args.command == "grade-class":
+        from pathlib import Path
+
+        from autograder.grade_class import grade_class
+
+        try:
+            rows = grade_class(Path.cwd(), args.assignment, timeout=args.timeout, force=args.force,
+                               csv_path=args.csv, db_url=args.db, echo=lambda m: print(m, flush=True))
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        return 0 if all(r["status"] == "graded" for r in rows) else 1
 
     import autograder
     from autograder import checker
