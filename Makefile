@@ -57,7 +57,7 @@ grade: $(STAMP)
 	$(BIN)/python -m autograder grade-class $(ASSIGNMENT)
 
 check: $(STAMP)
-	$(BIN)/python -m autograder check solutions/01_hbm_cost_model/01_hbm_cost_model.ipynb
+	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb
 
 clean:
 	rm -rf $(VENV) .pytest_cache gradebook.db

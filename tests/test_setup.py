@@ -66,7 +66,7 @@ def test_ci_runs_exactly_make_test(root):
     assert commands[-1] == "exec make test"
 
 
-@pytest.mark.parametrize("target", ["lab", "test", "course", "bench"])
+@pytest.mark.parametrize("target", ["lab", "test", "course", "bench", "grade", "check"])
 def test_makefile_has_target(root, target):
     assert re.search(rf"^{target}:", (root / "Makefile").read_text(), re.M)
 
