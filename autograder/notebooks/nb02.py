@@ -151,68 +151,62 @@ ACCUMULATE_NOTE = (
     "round only the values you store."
 )
 
-RMSNORM = KernelExercise(
-    id="02.rmsnorm",
+# What every row-normalisation exercise shares: graded on all four criteria over the same shapes, with the
+# precision measured at H = 256 .. 16384 to see whether the error grows with the row.
+NORM_COMMON = dict(
     notebook=NOTEBOOK,
+    criteria=("correctness", "precision", "performance", "fusion"),
+    shapes=NORM_SHAPES,
+    precision_shapes=GROWTH_SHAPES,
+    perf_shape=PERF,
+    tolerance=NORM_TOL,
+    precision_floor={torch.float32: 2e-6},
+    precision_note=ACCUMULATE_NOTE,
+    special_values=False,  # one NaN poisons its row's statistic: nothing to learn from it here
+)
+
+RMSNORM = KernelExercise(
+    **NORM_COMMON,
+    id="02.rmsnorm",
     function="rmsnorm",
     signature="rmsnorm(x, weight, eps) -> Tensor",
     summary="Fused RMSNorm forward: one read of x, one write of y, fp32 statistics, any H up to 16384.",
-    criteria=("correctness", "precision", "performance", "fusion"),
     make_inputs=_norm_inputs,
     reference=rn.rmsnorm_reference,
     eager=rn.rmsnorm_eager,
     bytes=rn.rmsnorm_bytes,
-    shapes=NORM_SHAPES,
-    precision_shapes=GROWTH_SHAPES,
-    perf_shape=PERF,
-    tolerance=NORM_TOL,
-    precision_floor={torch.float32: 2e-6},
-    precision_note=ACCUMULATE_NOTE,
     diagnoses=RMS_DIAGNOSES,
-    special_values=False,  # one NaN poisons its row's statistic: nothing to learn from it here
 )
 
 ADD_RMSNORM = KernelExercise(
+    **NORM_COMMON,
     id="02.add_rmsnorm",
-    notebook=NOTEBOOK,
     function="add_rmsnorm",
     signature="add_rmsnorm(x, residual, weight, eps) -> (normed, new_residual)",
     summary="Residual add + RMSNorm in one kernel: 2 reads, 2 writes.",
-    criteria=("correctness", "precision", "performance", "fusion"),
     make_inputs=_add_norm_inputs,
     reference=addn.add_rmsnorm_reference,
     eager=addn.add_rmsnorm_eager,
     bytes=addn.add_rmsnorm_bytes,
-    shapes=NORM_SHAPES,
-    precision_shapes=GROWTH_SHAPES,
-    perf_shape=PERF,
-    tolerance=NORM_TOL,
-    precision_floor={torch.float32: 2e-6},
-    precision_note=ACCUMULATE_NOTE,
     output_names=("normed", "new_residual"),
     diagnoses=(
         ("eps added after the square root: use 1/sqrt(mean(s^2) + eps)", _add_norm_eps_outside),
         ("x is normalised instead of the sum x + residual", _add_norm_of_x),
     ),
-    special_values=False,
 )
 
-LAYERNORM = KernelExercise(
+LAYERNORM = KernelExercise(**{**NORM_COMMON, **dict(
+    shapes=NORM_SHAPES + (Shape((9, 2048), "offset"),),
     id="02.layernorm",
-    notebook=NOTEBOOK,
     function="layernorm",
     signature="layernorm(x, weight, bias, eps) -> Tensor",
     summary="Fused LayerNorm forward with weight and bias; mean and variance from one pass over x.",
-    criteria=("correctness", "precision", "performance", "fusion"),
     make_inputs=_ln_inputs,
     reference=ln.layernorm_reference,
     eager=ln.layernorm_eager,
     bytes=ln.layernorm_bytes,
-    shapes=NORM_SHAPES + (Shape((9, 2048), "offset"),),
     precision_shapes=tuple(Shape((8, h), "offset") for h in (256, 1024, 4096, 16384)),
-    perf_shape=PERF,
     tolerance={torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
-    precision_floor={torch.float32: 2e-6},
     precision_note=(
         "These rows have mean 300 and spread 1: the variance as E[x^2] - E[x]^2 cancels in fp32. Take the "
         "mean first and the variance of the centred values (the row is already in registers), or shift by "
@@ -223,8 +217,7 @@ LAYERNORM = KernelExercise(
         ("the bias is not added", _ln_no_bias),
         ("eps added after the square root: use 1/sqrt(var + eps)", _ln_eps_outside),
     ),
-    special_values=False,
-)
+)})
 
 # The repair is graded exactly like exercise 1; only the function's name and purpose differ.
 RMSNORM_REPAIR = dataclasses.replace(
