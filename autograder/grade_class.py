@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from .build import tool_env
+
 GRADED, CRASHED, TIMED_OUT = "graded", "crashed", "timed out"
 
 
@@ -29,12 +31,6 @@ def _submission_hash(folder: Path) -> str:
         h.update(str(f.relative_to(folder)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # nbgrader calls alembic
-    return env
 
 
 def _why_it_failed(output: str) -> str:
@@ -51,7 +47,7 @@ def grade_one(root: Path, assignment: str, student: str, timeout: float, db_url:
     """(status, reason) for one student, graded by nbgrader in a process of its own."""
     cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student, "--force",
            f"--db={db_url}"]
-    proc = subprocess.Popen(cmd, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, cwd=root, env=tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its kernel is in the same session: one kill ends both
     try:
         output, _ = proc.communicate(timeout=timeout)

@@ -47,6 +47,16 @@ def storage_span(t: torch.Tensor) -> int:
     return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
 
 
+def to_device_keeping_layout(t: torch.Tensor, device) -> torch.Tensor:
+    """t on device with the same strides: a transposed, sliced or padded view stays one (.to() would not)."""
+    if t.is_contiguous() or torch.device(device) == t.device:
+        return t.to(device)
+    base = torch.empty(storage_span(t), dtype=t.dtype, device=device)
+    view = torch.as_strided(base, t.shape, t.stride())
+    view.copy_(t)
+    return view
+
+
 class Guarded:
     """A tensor living inside a larger buffer whose borders are filled with a known pattern."""
 

@@ -8,6 +8,7 @@ import torch
 
 from kernels import fused_chain as fc
 
+from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, NumericExercise, Shape
 
 NOTEBOOK = "01_hbm_cost_model"
@@ -134,20 +135,8 @@ def _chain_inputs(shape: Shape, dtype, device, gen):
         x = (2 * torch.randn(m, n, generator=gen)).to(dtype)
     bias = torch.randn(n, generator=gen).to(dtype)
     alpha = float(torch.empty(()).uniform_(0.5, 1.5, generator=gen))
-    if device != "cpu":
-        x = x.to(device) if x.is_contiguous() else _move_keep_strides(x, device)
-        bias = bias.to(device)
+    x, bias = to_device_keeping_layout(x, device), bias.to(device)
     return {"x": x, "bias": bias, "alpha": alpha}
-
-
-def _move_keep_strides(t: torch.Tensor, device) -> torch.Tensor:
-    """Copy a view to the device with the same strides (so a strided view stays strided)."""
-    from ..sandbox import storage_span
-
-    base = torch.empty(storage_span(t), dtype=t.dtype, device=device)
-    view = torch.as_strided(base, t.shape, t.stride())
-    view.copy_(t)
-    return view
 
 
 FUSED_CHAIN = KernelExercise(

@@ -12,6 +12,7 @@ from kernels import layernorm as ln
 from kernels import rmsnorm as rn
 from kernels import rmsnorm_backward as rb
 
+from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape
 
 NOTEBOOK = "02_vertical_fusion"
@@ -36,44 +37,33 @@ def _rows(shape: Shape, dtype, gen) -> torch.Tensor:
     return base.to(dtype)[:, :h]
 
 
-def _to(t: torch.Tensor, device) -> torch.Tensor:
-    if device == "cpu":
-        return t
-    if t.is_contiguous():
-        return t.to(device)
-    base = torch.empty((t.shape[0], t.stride(0)), dtype=t.dtype, device=device)
-    view = base[:, : t.shape[1]]
-    view.copy_(t)
-    return view
-
-
 def _weight(h, dtype, gen, around=1.0):
     return (around + 0.5 * torch.randn(h, generator=gen)).to(dtype)
 
 
 def _norm_inputs(shape, dtype, device, gen):
     x = _rows(shape, dtype, gen)
-    return {"x": _to(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
 
 
 def _add_norm_inputs(shape, dtype, device, gen):
     x = _rows(shape, dtype, gen)
     residual = _rows(Shape(shape.dims, shape.layout), dtype, gen)
-    return {"x": _to(x, device), "residual": _to(residual, device),
+    return {"x": to_device_keeping_layout(x, device), "residual": to_device_keeping_layout(residual, device),
             "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
 
 
 def _ln_inputs(shape, dtype, device, gen):
     x = _rows(shape, dtype, gen)
     h = x.shape[1]
-    return {"x": _to(x, device), "weight": _weight(h, dtype, gen).to(device),
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(h, dtype, gen).to(device),
             "bias": (0.5 * torch.randn(h, generator=gen)).to(dtype).to(device), "eps": EPS}
 
 
 def _bwd_inputs(shape, dtype, device, gen):
     x = _rows(shape, dtype, gen)
     dy = torch.randn(x.shape, generator=gen).to(dtype)
-    return {"x": _to(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "dy": dy.to(device), "eps": EPS}
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "dy": dy.to(device), "eps": EPS}
 
 
 # Wrong formulas the grader recognises, each named in the feedback.
