@@ -6,10 +6,10 @@ import traceback
 
 from . import config as config_mod
 from . import registry
-from . import grade_kernel, grade_numeric
+from . import grade_kernel, grade_numeric, grade_step
 from .report import FAILED, CriterionResult, Report
 from .sandbox import quiet
-from .specs import CRITERIA, KernelExercise, check_callable
+from .specs import CRITERIA, KernelExercise, StepExercise, check_callable
 
 
 def check(exercise_id: str, fn, *, criteria=None) -> Report:
@@ -28,7 +28,12 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             if c not in ex.criteria:
                 raise ValueError(f"{ex.id} is not graded on {c!r}; it is graded on {', '.join(ex.criteria)}")
     cfg = config_mod.load()
-    graders = grade_kernel.GRADERS if isinstance(ex, KernelExercise) else grade_numeric.GRADERS
+    if isinstance(ex, KernelExercise):
+        graders = grade_kernel.GRADERS
+    elif isinstance(ex, StepExercise):
+        graders = grade_step.GRADERS
+    else:
+        graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)
     results = []
     for name in chosen:

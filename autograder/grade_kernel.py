@@ -155,8 +155,9 @@ def _expected_kind(ex: KernelExercise) -> str:
     return "a torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(ex.output_names)})"
 
 
-def _check_output(ex, name, out, ref, dtype, watch) -> str | None:
+def _check_output(ex, name, out, ref, input_dtype, watch) -> str | None:
     label = f"{name}: " if len(ex.output_names) > 1 else ""
+    dtype = ex.out_dtype(input_dtype)
     if tuple(out.shape) != tuple(ref.shape):
         return f"{label}output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
@@ -170,7 +171,7 @@ def _check_output(ex, name, out, ref, dtype, watch) -> str | None:
         if n:
             first = [int(i) for i in torch.nonzero(unwritten)[0]]
             return f"{label}{n} of {out.numel()} output elements were never written (first at index {first})"
-    mismatch = _compare(out, ref, dtype, *ex.tolerance[dtype])
+    mismatch = _compare(out, ref, dtype, *ex.tolerance[input_dtype])
     return label + mismatch if mismatch else None
 
 
@@ -261,6 +262,9 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     finite = torch.isfinite(ref)
+    got = out.double()
+    if not bool(((got == ref) | (torch.isnan(got) & torch.isnan(ref)))[~finite].all()):
+        return math.inf  # a NaN or infinity of the reference not reproduced
     diff = (out.double() - ref)[finite]
     return float(diff.norm() / ref[finite].norm().clamp_min(1e-300))
 
@@ -292,7 +296,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 return CriterionResult("precision", FAILED, "the outputs have the wrong type or shape (see correctness)",
                                        figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
-            ideal = max(_rel_err(r.to(dtype), r) for r in refs)
+            ideal = max(_rel_err(r.to(ex.out_dtype(dtype)), r) for r in refs)
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
             errs.append(err)
             excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
@@ -300,7 +304,13 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             key = name if len(shapes) == 1 else f"{name}@{shape.dims[-1]}"
             figures[f"rel_err_{key}"] = err
             figures[f"bound_{key}"] = bound
-            if not err <= bound:  # NaN fails too
+            if not math.isfinite(err):
+                failures.append(
+                    f"{name}, shape {shape}: the output holds inf or NaN where the exact result is finite: an "
+                    f"intermediate left {name}'s range ({torch.finfo(dtype).max:.6g} at most); keep sums and products "
+                    "in float32"
+                )
+            elif not err <= bound:  # NaN fails too
                 hint = hint or (_diagnose(ex, outs, inputs) if ex.diagnoses else None)
                 failures.append(
                     f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
@@ -413,7 +423,7 @@ def fusion(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     inputs = _inputs(ex, shape, torch.float32, _seed(cfg.secret_seed, "fusion"))
     args = tuple(inputs.values())
     try:
-        fn(*args)  # warm-up: compilation and autotuning stay out of the count
+        out = fn(*args)  # warm-up: compilation and autotuning stay out of the count
         _sync()
         launches = TritonLaunches()
         watch = Watch(launches, poison=False)
@@ -441,6 +451,13 @@ def fusion(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         )
     if n_kernels > ex.max_launches:
         problems.append(f"launched {n_kernels} kernels ({', '.join(names[:8])}); at most {ex.max_launches} allowed")
+    if ex.outputs_share_storage:
+        outs = _as_outputs(out, len(ex.output_names))
+        if outs is None or len({o.untyped_storage().data_ptr() for o in outs}) > 1:
+            problems.append(
+                f"{', '.join(ex.output_names)} should be views (slices) of the one buffer the kernel wrote, "
+                "not separate tensors: a copy per output is extra traffic"
+            )
     if problems:
         return CriterionResult("fusion", FAILED, "\n".join(problems) + f" [{how}]", figures)
     return CriterionResult(

@@ -111,6 +111,14 @@ _ALLOWED = {
 }
 
 
+def _moves_integers(name: str, args) -> bool:
+    """A copy of integer tensors only: uploading a kernel's metadata (pointer or index tables), not compute."""
+    if name not in {"_to_copy", "copy_", "_copy_from", "lift_fresh_copy", "clone"}:
+        return False
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return bool(tensors) and all(not (t.is_floating_point() or t.is_complex()) for t in tensors)
+
+
 class TritonLaunches:
     """Counts Triton launches and knows whether we are inside one."""
 
@@ -177,7 +185,7 @@ class Watch(TorchDispatchMode):
             g = Guarded(real.shape, real.stride(), real.dtype, real.device, fill=poison_value(real.dtype))
             self.allocations.append(g)
             return g.tensor
-        if name not in _ALLOWED:
+        if name not in _ALLOWED and not _moves_integers(name, args):
             self.torch_ops.append(f"torch {name}")
         return func(*args, **kwargs)
 

@@ -85,11 +85,46 @@ class KernelExercise(Exercise):
     default_min_fraction: float = 0.5
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise
     output_names: tuple[str, ...] = ("output",)  # the function returns a tuple when there are several
+    output_dtype: torch.dtype | None = None  # None: the outputs have the inputs' dtype
+    outputs_share_storage: bool = False  # the outputs must be views of one buffer (e.g. Q, K, V of one GEMM)
     # (bug name, reference computing the wrong formula): named when an output matches one of them.
     diagnoses: tuple = ()
 
     def args(self, inputs: dict) -> tuple:
         return tuple(inputs.values())
+
+    def out_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
+        return self.output_dtype or input_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class StepExercise(Exercise):
+    """An in-place update of lists of tensors, such as an optimizer step over a model's parameters.
+
+    The student's function is called as fn(*state lists and input lists in `arg_names` order, step, *hyper)
+    and returns None; the lists named in `state` are updated in place, those in `inputs` only read.
+    """
+
+    arg_names: tuple[str, ...] = ()  # the lists, in the order the function takes them
+    state: tuple[str, ...] = ()  # the lists the function updates in place
+    make_lists: Callable[..., dict] = None  # (sizes, dtype, device, generator) -> {name: list of tensors}
+    make_hyper: Callable[..., dict] = None  # generator -> {name: float}, in the signature's order
+    reference: Callable[..., tuple] = None  # float64 (new state lists, in `state` order), inputs untouched
+    eager: Callable[..., None] = None  # the unfused PyTorch version, in place
+    baselines: Callable[..., dict] = None  # (lists, step, hyper) -> {label: function doing one more step}
+    bytes: Callable[..., int] = None  # fewest bytes one step must move
+    size_cases: tuple[tuple[int, ...], ...] = ()  # the tensor sizes of each list, one tuple per case
+    steps: tuple[int, ...] = (1, 2, 10)  # step numbers graded, each from the state the last one left
+    precision_sizes: tuple[int, ...] = ()
+    precision_steps: int = 20
+    perf_sizes: Callable[..., tuple[int, ...]] = None  # generator -> sizes for the timed step
+    fusion_sizes: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # a short and a long list
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    max_launches: int = 1
+    tolerance: tuple[float, float] = (1e-6, 1e-5)  # (atol as a fraction of the tensor's largest value, rtol)
+    precision_factor: float = 3.0
+    default_min_fraction: float = 0.5
+    diagnoses: tuple = ()  # (bug name, reference computing the wrong update)
 
 
 def check_callable(ex: Exercise, fn) -> str | None:
