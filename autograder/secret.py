@@ -1,5 +1,5 @@
-"""Cases students never see in a notebook: extra shapes per exercise. The secret seed is in grading.toml,
-which an instructor overrides on the grading machine (FUSION_COURSE_GRADING)."""
+"""Cases students never see in a notebook: extra shapes (or tensor sizes) per exercise. The secret seed is in
+grading.toml, which an instructor overrides on the grading machine (FUSION_COURSE_GRADING)."""
 
 from .specs import Shape
 
@@ -10,4 +10,11 @@ EXTRA_SHAPES = {
     "02.layernorm": (Shape((3, 12289)), Shape((5, 5121), "offset")),
     "02.rmsnorm_repair": (Shape((3, 12289)), Shape((6, 2047), "padded")),
     "02.rmsnorm_backward": (Shape((3, 12289)), Shape((70, 513))),
+    "03.row_sum_sumsq": (Shape((2, 40961)), Shape((129, 3), "transposed"), Shape((7, 5001), "padded")),
+    "03.qkv_projection": (Shape((33, 80, 24, 300)), Shape((3, 128, 64, 4097))),
+}
+
+# Step exercises: extra lists of tensor sizes.
+EXTRA_SIZES = {
+    "03.adamw_step": ((2048, 1, 2047, 6151), (5,) * 33),
 }

@@ -17,7 +17,8 @@ import pytest
 from autograder import build
 
 pytestmark = pytest.mark.slow
-NB1, NB2 = "01_hbm_cost_model", "02_vertical_fusion"
+NB1, NB2, NB3 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion"
+NOTEBOOKS = [NB1, NB2, NB3]
 
 # carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
 CAROL = {
@@ -47,20 +48,30 @@ def fused_chain(x, bias, alpha):
         "rmsnorm_repaired": "def rmsnorm_repaired(x, weight, eps):\n    return rmsnorm_buggy(x, weight, eps)  # not repaired\n",
         "rmsnorm_backward": ("dx = rstd * (g - xhat * (tl.sum(g * xhat, axis=0) / H))", "dx = rstd * g"),
     },
+    NB3: {
+        "row_sum_sumsq": ("tl.store(sumsq_ptr + rows, tl.sum(acc_sq, axis=1), mask=row_mask)",
+                          "tl.store(sumsq_ptr + rows, tl.sum(acc, axis=1) * tl.sum(acc, axis=1), mask=row_mask)"),
+        "qkv_projection": ("    return split_qkv(out, kv_width)\n",
+                           "    return tuple(t.contiguous() for t in split_qkv(out, kv_width))\n"),
+        "adamw_step": ("    step_size = lr / (1.0 - beta1**step)\n", "    step_size = lr\n"),
+    },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here).
 CAROL_FAILS = {
     NB1: {"test_cost_model", "test_fused_chain_fusion"},
     NB2: {f"test_{ex}_{c}" for ex in ("rmsnorm", "add_rmsnorm", "layernorm", "rmsnorm_repair", "rmsnorm_backward")
           for c in ("correctness", "precision")},
+    NB3: {"test_row_sum_sumsq_correctness", "test_row_sum_sumsq_precision", "test_qkv_projection_fusion",
+          "test_adamw_step_correctness", "test_adamw_step_precision"},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
     NB1: ["no Triton kernel ran", "launch overhead", "not measured (no GPU)"],
     NB2: ["eps added after the square root", "x is normalised instead of the sum", "E[x^2] - E[x]^2",
           "grows like H^", "leaves out the term"],
+    NB3: ["square of the sum", "views (slices) of the one buffer", "no bias correction"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):
@@ -99,7 +110,7 @@ def graded(tmp_path_factory):
     work = tmp_path_factory.mktemp("course")
     for f in ("nbgrader_config.py", "grading.toml"):
         shutil.copy(root / f, work)
-    for name in (NB1, NB2):
+    for name in NOTEBOOKS:
         shutil.copytree(root / "solutions" / name, work / "solutions" / name)
         r = _nbgrader(work, "generate_assignment", name, "--force")
         assert r.returncode == 0, r.stderr
@@ -128,7 +139,7 @@ def _scores(work, student, name):
         return {g.name: (g.score, g.max_score) for g in nb.grades}
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_solution_gets_full_marks_on_every_cpu_gradable_cell(graded, name):
     work, _ = graded
     scores = _scores(work, "alice", name)
@@ -139,14 +150,14 @@ def test_solution_gets_full_marks_on_every_cpu_gradable_cell(graded, name):
             assert score == max_score > 0, (cell, score, max_score)
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_untouched_release_scores_zero(graded, name):
     work, rows = graded
     assert all(score == 0 for score, _ in _scores(work, "bob", name).values())
     assert float(rows[("bob", name)]["raw_score"]) == 0
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_planted_bugs_fail_exactly_the_expected_cells(graded, name):
     work, _ = graded
     scores = _scores(work, "carol", name)
@@ -155,7 +166,7 @@ def test_planted_bugs_fail_exactly_the_expected_cells(graded, name):
     assert failed == CAROL_FAILS[name] | performance
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_csv_has_every_student_with_the_right_totals(graded, name):
     work, rows = graded
     total, cpu_points = POINTS[name]
@@ -166,7 +177,7 @@ def test_csv_has_every_student_with_the_right_totals(graded, name):
     assert float(rows[("carol", name)]["raw_score"]) == cpu_points - lost
 
 
-@pytest.mark.parametrize("name", [NB1, NB2])
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_feedback_names_the_failures(graded, name):
     work, _ = graded
     text = html.unescape((work / "feedback" / "carol" / name / f"{name}.html").read_text())
