@@ -35,3 +35,13 @@ def test_fused_chain_goal_is_met(path):
 def test_readme_quotes_the_committed_results(root):
     text = (root / "README.md").read_text()
     assert bench.readme_with_results(text) == text, "README is stale: run `python -m kernels.bench --readme`"
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("kernel", ["row_sum_sumsq", "multi_tensor_adamw"])
+def test_notebook_03_goals_are_met(path, kernel):
+    r = json.loads(path.read_text())
+    goal = r["goals"][kernel]
+    row = next(x for x in r["rows"] if x["kernel"] == kernel)
+    assert goal["met"] and row["fraction_of_copy"] >= goal["min_fraction_of_copy"]
+    assert row["ms"]["triton"] <= row["ms"][goal["no_slower_than"]]
