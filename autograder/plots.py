@@ -1,4 +1,4 @@
-"""Plots the notebooks share: the roofline of the reader's device."""
+"""Plots the notebooks share: the roofline of the reader's device, measured times against the model."""
 
 from __future__ import annotations
 
@@ -42,3 +42,19 @@ def roofline(ax, profile: DeviceProfile, points=(), dtype: str = "bf16"):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
+
+
+def bars_against_model(ax, measured: dict, model: dict, xlabel: str, title: str, on_gpu: bool):
+    """Horizontal bars of measured times, each with its model prediction as a dashed tick across it.
+
+    Without a GPU nothing is measured: the model's entries are drawn alone, and the title says so.
+    """
+    names = list(measured) if on_gpu else list(model)
+    ax.barh(names, [measured.get(n, 0) for n in names], color="C0", label="measured")
+    for i, n in enumerate(names):
+        if n in model:
+            ax.plot([model[n]] * 2, [i - 0.4, i + 0.4], "k--", lw=2, label="model: bytes / copy BW" if i == 0 else None)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title + ("" if on_gpu else " — model only, no GPU here"))
+    ax.legend(fontsize=8)
+    return names

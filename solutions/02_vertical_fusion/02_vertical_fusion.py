@@ -34,7 +34,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.plots import peaks
+from autograder.plots import bars_against_model, peaks
 from kernels import rmsnorm as ref_rms
 
 profile = autograder.device_profile()
@@ -103,14 +103,7 @@ if ON_GPU:
     del x
 
 fig, ax = plt.subplots(figsize=(8, 4))
-names = list(measured_ms) if ON_GPU else list(predicted_ms)
-ax.barh(names, [measured_ms.get(n, 0) for n in names], color="C0", label="measured")
-for i, n in enumerate(names):
-    if n in predicted_ms:
-        ax.plot([predicted_ms[n]] * 2, [i - 0.4, i + 0.4], "k--", lw=2, label="model: bytes / copy BW" if i == 0 else None)
-ax.set_xlabel("ms (32768 x 4096 bf16)")
-ax.set_title(f"RMSNorm, {peak_label}" + ("" if ON_GPU else " — model only, no GPU here"))
-ax.legend()
+names = bars_against_model(ax, measured_ms, predicted_ms, "ms (32768 x 4096 bf16)", f"RMSNorm, {peak_label}", ON_GPU)
 plt.show()
 for n in names:
     got = f"{measured_ms[n]:.3f} ms, {2 * x_bytes / (measured_ms[n] * 1e6):5.0f} GB/s effective" if n in measured_ms else "not measured"
