@@ -15,6 +15,25 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def cuda_graph(fn):
+    """fn() recorded once in a CUDA graph (after a warm-up call on a side stream); returns the replay.
+
+    bench_ms(cuda_graph(fn)) times the GPU's work without the host's launch cost, which for a Triton kernel
+    launched from Python is tens of microseconds: more than a small kernel itself takes.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # compilation, autotuning and lazy set-up stay out of the recording
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def gbps(n_bytes: float, ms: float) -> float:
     return n_bytes / (ms * 1e-3) / 1e9
 

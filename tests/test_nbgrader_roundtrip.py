@@ -53,7 +53,8 @@ def fused_chain(x, bias, alpha):
                           "tl.store(sumsq_ptr + rows, tl.sum(acc, axis=1) * tl.sum(acc, axis=1), mask=row_mask)"),
         "qkv_projection": ("    return split_qkv(out, kv_width)\n",
                            "    return tuple(t.contiguous() for t in split_qkv(out, kv_width))\n"),
-        "adamw_step": ("    step_size = lr / (1.0 - beta1**step)\n", "    step_size = lr\n"),
+        "adamw_step": ("    step_size = lr / (1.0 - beta1**step)\n    rsqrt_bc2 = 1.0 / math.sqrt(1.0 - beta2**step)\n",
+                       "    step_size = lr\n    rsqrt_bc2 = 1.0\n"),
     },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here).

@@ -40,7 +40,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.plots import launch_seconds, peaks
+from autograder.plots import bars_against_model, launch_seconds, peaks
 from kernels import multi_tensor_adamw as ref_adamw
 from kernels import qkv_projection as ref_qkv
 from kernels import row_sum_sumsq as ref_stats
@@ -52,7 +52,7 @@ DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
 launch_s = launch_seconds(profile)
 if ON_GPU:
-    from autograder.timing import bench_ms
+    from autograder.timing import bench_ms, cuda_graph
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "siblings-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 1. Siblings that share an input
@@ -95,18 +95,13 @@ if ON_GPU:
     del x
 
 fig, ax = plt.subplots(figsize=(8, 3.5))
-names = list(stats_ms) if ON_GPU else list(stats_model_ms)
-ax.barh(names, [stats_ms.get(n, 0) for n in names], color="C0", label="measured")
-for i, n in enumerate(names):
-    if n in stats_model_ms:
-        ax.plot([stats_model_ms[n]] * 2, [i - 0.4, i + 0.4], "k--", lw=2, label="model: bytes / copy BW" if i == 0 else None)
-ax.set_xlabel("ms (32768 x 4096 bf16)")
-ax.set_title(f"row sum and sum of squares, {peak_label}" + ("" if ON_GPU else " — model only, no GPU here"))
-ax.legend()
+names = bars_against_model(ax, stats_ms, stats_model_ms, "ms (32768 x 4096 bf16)",
+                           f"row sum and sum of squares, {peak_label}", ON_GPU)
 plt.show()
 for n in names:
     got = f"{stats_ms[n]:.3f} ms = {x_bytes / (stats_ms[n] * 1e6) / bw_gbps:.2f} of copy for |x|" if n in stats_ms else "not measured"
-    print(f"{n:<22} {got:<36} model {stats_model_ms.get(n, float('nan')):.3f} ms")
+    model = f"model {stats_model_ms[n]:.3f} ms" if n in stats_model_ms else ""
+    print(f"{n:<22} {got:<36} {model}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stats-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: the fused kernel near its line (it only reads, so it can even edge past a copy, which
@@ -209,7 +204,9 @@ check("03.row_sum_sumsq", row_sum_sumsq, criteria=["fusion"]).assert_passed("fus
 #
 # The cell below times both regimes for an 8B-class model's shapes (`K = 4096`, 32 query heads and 8 KV
 # heads of 128: `n_q = 4096`, `n_kv = 1024`) in bf16: three cuBLAS GEMMs, one cuBLAS GEMM over `W_qkv`, and
-# the course's reference Triton kernel, against the model (roofline plus launches).
+# the course's reference Triton kernel, against the model (roofline plus launches). Each version is timed
+# as replays of a CUDA graph, as inference engines run decode: a kernel of 20 µs would otherwise be timed
+# together with the host's work of launching it (section 4 measures that part).
 
 # %% nbgrader={"grade": false, "grade_id": "qkv-measure", "locked": true, "schema_version": 3, "solution": false}
 K_DIM, N_Q, N_KV = 4096, 4096, 1024
@@ -229,9 +226,10 @@ if ON_GPU:
     w_qkv = (torch.randn(N_Q + 2 * N_KV, K_DIM, device="cuda") / K_DIM**0.5).to(torch.bfloat16)
     for m in tqdm(MS, desc="timing QKV"):
         x = torch.randn(m, K_DIM, device="cuda", dtype=torch.bfloat16)
-        qkv_us["three cuBLAS GEMMs"].append(1e3 * bench_ms(lambda: ref_qkv.qkv_projection_eager(x, w_qkv, N_KV)))
-        qkv_us["one cuBLAS GEMM over W_qkv"].append(1e3 * bench_ms(lambda: ref_qkv.qkv_projection_concat(x, w_qkv, N_KV)))
-        qkv_us["fused Triton kernel"].append(1e3 * bench_ms(lambda: ref_qkv.qkv_projection(x, w_qkv, N_KV)))
+        for name, f in (("three cuBLAS GEMMs", ref_qkv.qkv_projection_eager),
+                        ("one cuBLAS GEMM over W_qkv", ref_qkv.qkv_projection_concat),
+                        ("fused Triton kernel", ref_qkv.qkv_projection)):
+            qkv_us[name].append(1e3 * bench_ms(cuda_graph(lambda: f(x, w_qkv, N_KV))))
     del x, w_qkv
 
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5))
@@ -261,17 +259,18 @@ for m, t3, t1 in zip(MS, model_three, model_one):
     print(f"M={m:<5} 2|X| saved = {saved / 2**20:8.2f} MiB; model {t3:7.1f} µs -> {t1:7.1f} µs ({t3 / t1:.2f}x)")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "qkv-discuss", "locked": true, "schema_version": 3, "solution": false}
-# What to look for. At decode the measured speed-up of one GEMM over three is larger than the model's:
-# the model gives every GEMM the full copy bandwidth, but a GEMM whose output is 1024 columns wide runs too
-# few tiles to keep every SM streaming weights. One wide grid gets much nearer the bandwidth. At prefill
-# the curves meet: the GEMMs are compute-bound and fusing saves the small `2·|X|` of bytes, which can even
-# be lost to the tile count of a different output width. There the fused kernel is only as fast as its
-# GEMM: the plain Triton kernel of this notebook reaches about three quarters of cuBLAS on an H200 at
-# prefill (notebook 04 builds a faster one); at decode, where the bytes rule, it matches cuBLAS.
+# What to look for. At decode, one GEMM over the stacked weight beats three by about the factor the model
+# predicts, and for the model's reason: the `2·|X|` saved is a fraction of a MiB, nothing next to the
+# weights; what goes is two launches, each costing a GEMM of this size a good part of its time. At prefill
+# the curves meet: each GEMM is compute-bound, and the saved bytes are a few percent of the time, easily
+# lost to the tile count of a different output width. There the fused kernel is only as fast as its GEMM:
+# this notebook's plain Triton kernel keeps up with cuBLAS at decode, falls behind between (M of 64 to
+# 256, where its tile choice is poorer) and reaches about three quarters of cuBLAS at prefill on an H200;
+# notebook 04 builds a faster one.
 #
 # The same holds for SwiGLU's **gate and up projections**: both read the normalised activations, so
 # `W_gate` and `W_up` stack into one weight. The cell below measures the two GEMMs against one over the
-# stacked weight (cuBLAS, Llama-2-7B's MLP: 4096 → 2 × 11008). Notebook 04 goes further and applies
+# stacked weight (cuBLAS, Llama-2-7B's MLP: 4096 → 2 × 11008; graph replays again). Notebook 04 goes further and applies
 # `silu(gate) · up` in the same kernel, so that neither half is ever written.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-measure", "locked": true, "schema_version": 3, "solution": false}
@@ -286,8 +285,8 @@ for m in (16, 8192):
         w_gate = (torch.randn(H_MLP, H_MODEL, device="cuda") / 64).to(torch.bfloat16)
         w_up = (torch.randn(H_MLP, H_MODEL, device="cuda") / 64).to(torch.bfloat16)
         w_gate_up = torch.cat([w_gate, w_up])
-        swiglu_rows[m]["measured: two GEMMs"] = 1e3 * bench_ms(lambda: (x @ w_gate.t(), x @ w_up.t()))
-        swiglu_rows[m]["measured: one GEMM"] = 1e3 * bench_ms(lambda: (x @ w_gate_up.t()).chunk(2, dim=-1))
+        swiglu_rows[m]["measured: two GEMMs"] = 1e3 * bench_ms(cuda_graph(lambda: (x @ w_gate.t(), x @ w_up.t())))
+        swiglu_rows[m]["measured: one GEMM"] = 1e3 * bench_ms(cuda_graph(lambda: (x @ w_gate_up.t()).chunk(2, dim=-1)))
         del x, w_gate, w_up, w_gate_up
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.2))
 for ax, (m, row) in zip(axes, swiglu_rows.items()):
@@ -441,28 +440,15 @@ def adam_state(sizes, device="cuda"):
     return lists
 
 
-def graphed(fn, *args):
-    """fn(*args) recorded once in a CUDA graph; returns the graph's replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn(*args)  # warm-up outside the capture: compilation, tables
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn(*args)
-    return graph.replay
-
-
 launch_us = {k: [] for k in ("one launch per tensor", "one launch per tensor, CUDA graph", "one launch for all",
                              "one launch for all, CUDA graph", "torch AdamW(fused=True)")}
 if ON_GPU:
     for t in tqdm(TS, desc="timing T tensors"):
         lists = adam_state([NUMEL] * t)
         launch_us["one launch per tensor"].append(1e3 * bench_ms(lambda: ref_adamw.adamw_step_per_tensor(*lists, *HYPER)))
-        launch_us["one launch per tensor, CUDA graph"].append(1e3 * bench_ms(graphed(ref_adamw.adamw_step_per_tensor, *lists, *HYPER)))
+        launch_us["one launch per tensor, CUDA graph"].append(1e3 * bench_ms(cuda_graph(lambda: ref_adamw.adamw_step_per_tensor(*lists, *HYPER))))
         launch_us["one launch for all"].append(1e3 * bench_ms(lambda: ref_adamw.adamw_step(*lists, *HYPER)))
-        launch_us["one launch for all, CUDA graph"].append(1e3 * bench_ms(graphed(ref_adamw.adamw_step, *lists, *HYPER)))
+        launch_us["one launch for all, CUDA graph"].append(1e3 * bench_ms(cuda_graph(lambda: ref_adamw.adamw_step(*lists, *HYPER))))
         launch_us["torch AdamW(fused=True)"].append(1e3 * bench_ms(ref_adamw.torch_adamw(*adam_state([NUMEL] * t), *HYPER, fused=True)))
     del lists
 
@@ -698,13 +684,10 @@ if ON_GPU:
     del lists
 
 fig, ax = plt.subplots(figsize=(8, 3.5))
-names = list(adam_ms) if ON_GPU else ["7 passes at copy bandwidth"]
-ax.barh(names, [adam_ms.get(n, 0) for n in names], color="C0")
-ax.axvline(adam_model_ms, color="k", ls="--", label=f"model: 7 passes over {n_params / 1e6:.0f}M fp32 at copy BW")
+adam_model = {n: adam_model_ms for n in (adam_ms if ON_GPU else ["7 passes at copy bandwidth"])}
+bars_against_model(ax, adam_ms, adam_model, f"ms per step (log); model: 7 passes over {n_params / 1e6:.0f}M fp32",
+                   f"AdamW over {len(sizes)} tensors, {peak_label}", ON_GPU)
 ax.set_xscale("log")
-ax.set_xlabel("ms per step")
-ax.set_title(f"AdamW over {len(sizes)} tensors, {peak_label}" + ("" if ON_GPU else " — model only, no GPU here"))
-ax.legend(fontsize=8)
 plt.show()
 for n, ms in adam_ms.items():
     print(f"{n:<20} {ms:7.3f} ms  {adam_bytes / (ms * 1e6):6.0f} GB/s = {adam_bytes / (ms * 1e6) / bw_gbps:.2f} of copy")
