@@ -110,6 +110,10 @@ def run_step(ex: StepExercise, fn, guarded: dict, step: int, hyper: dict) -> lis
         returned = "" if ret is None else f" (it returned {type(ret).__name__})"
         return problems + [f"{', '.join(ex.state)} were not updated in place{returned}: {ex.function} must write "
                            "its results into the tensors it is given"]
+    if watch.launches.count == 0 and not unchanged:
+        problems.append(f"no Triton kernel ran during the call, yet the state changed: {ex.function} updated it "
+                        f"with torch ({', '.join(sorted(set(watch.torch_ops))) or 'outside a kernel'}); the update "
+                        "must be done by your kernel")
     mismatches = [m for n, ref in zip(ex.state, refs) for i, (t, r) in enumerate(zip(lists[n], ref))
                   if (m := _mismatch(n, i, t, r, ex))]
     if mismatches:

@@ -314,9 +314,12 @@ def test_writing_into_the_gradients_is_caught():
     assert r.status == "failed" and "was modified: adamw_step may only read grads" in r.message, r.message
 
 
-def test_torch_update_fails_fusion():
-    r = check(ADAMW, mta.adamw_step_eager, criteria=["fusion"])["fusion"]
-    assert r.status == "failed" and "no Triton kernel ran" in r.message and "torch" in r.message, r.message
+def test_torch_update_fails_correctness_and_fusion():
+    report = check(ADAMW, mta.adamw_step_eager, criteria=["correctness", "fusion"])
+    msg = report["correctness"].message
+    assert report["correctness"].status == "failed" and "updated it with torch (" in msg and "lerp_" in msg, msg
+    msg = report["fusion"].message
+    assert report["fusion"].status == "failed" and "no Triton kernel ran" in msg and "torch" in msg, msg
 
 
 def test_low_precision_arithmetic_fails_precision():
