@@ -328,8 +328,9 @@ def protect(shell=None) -> None:
     _record = Record()
     if shell is not None:
         _record.watch_ipython(shell)
-        # Under nbgrader the set-up cell is the first cell run; a higher count means code ran before it.
-        _record.early_code = bool(os.environ.get("NBGRADER_EXECUTION")) and shell.execution_count > 1
+        # Under nbgrader the set-up cell is the first cell run: the input history holds a blank entry and it.
+        ran_before = len(shell.history_manager.input_hist_raw) > 2
+        _record.early_code = bool(os.environ.get("NBGRADER_EXECUTION")) and ran_before
         shell.events.register("pre_run_cell", _record.hook)
 
 
@@ -346,6 +347,12 @@ def verify() -> None:
             f"{listed}{more}\nGrading needs the grader, torch and triton as they were installed: remove the "
             "code that replaces them and run the notebook again from the top."
         )
+
+
+def restore() -> list[str]:
+    """Put back everything recorded that was changed (the next check() names it). Without Jupyter's hook, the
+    checker's runner calls this before it grades, so that a replaced check() cannot answer for itself."""
+    return _record.restore() if _record is not None else []
 
 
 def _before_cell(record: Record, *_args) -> None:
