@@ -271,7 +271,7 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
     held = {k: Guarded.copy_of(v, f"input {k}") for k, v in first.items() if isinstance(v, torch.Tensor)}
     out_a, problems = _run(ex, fn, first, dtype, held)
     if problems:
-        return problems
+        return []  # not a caching problem: the trials below find and report it
     kept = [o.clone() for o in out_a]
     for k, g in held.items():
         g.tensor.copy_(second[k])
@@ -323,9 +323,13 @@ def _with_specials(inputs: dict, seed: int) -> dict:
 
 
 def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    # First, whether fn computes at all: a cached result would make every case below misleading.
+    cached = _cache_probe(ex, fn, cfg.secret_seed)
+    if cached:
+        return CriterionResult("correctness", FAILED, "; ".join(cached), {"cases": 1, "failed": 1})
     trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
     trials.append(("secret case", cfg.secret_seed))
-    failures, n_cases = [], 0
+    failures, n_cases = [], 1  # the probe for cached results, above, is the first case
     cases = []
     for label, seed in trials:
         shapes = ex.shapes + (EXTRA_SHAPES.get(ex.id, ()) if label == "secret case" else ())
@@ -338,11 +342,6 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         if problems:
             where = f"shape {shape}, {_dtype_name(dtype)}, {label}" + (f" (seed {seed})" if label != "secret case" else "")
             failures.append(f"{where}: " + "; ".join(problems))
-    if not failures:
-        n_cases += 1
-        problems = _cache_probe(ex, fn, cfg.secret_seed)
-        if problems:
-            failures.append("; ".join(problems))
     if ex.special_values and not failures:
         for dtype in (torch.float32, torch.float16):
             n_cases += 1
@@ -355,7 +354,8 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if failures:
         listed = "\n".join(failures[:MAX_LISTED])
         more = f"\n... and {len(failures) - MAX_LISTED} more failing case(s)" if len(failures) > MAX_LISTED else ""
-        ran = f"{n_cases} cases" if n_cases >= len(cases) else f"the first {n_cases} of {len(cases)} cases (stopped early)"
+        total = len(cases) + 1
+        ran = f"{n_cases} cases" if n_cases >= total else f"the first {n_cases} of {total} cases (stopped early)"
         return CriterionResult("correctness", FAILED, f"{len(failures)} of {ran} failed:\n{listed}{more}", figures)
     note = "" if runtime.has_gpu() else " (bf16 is graded on a GPU only)"
     return CriterionResult("correctness", PASSED, f"all {n_cases} cases match the reference{note}", figures)
@@ -464,9 +464,9 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     synced = synced_ms(lambda: fn(*args))
     side_note = ""
     if synced > 2 * ms + 0.02:
-        side_note = (f"\nThe kernel's work is not all on the timed stream: events timed {ms:.3f} ms a call, but with "
-                     f"the whole GPU synchronized a call takes {synced:.3f} ms (a side CUDA stream, or work that "
-                     "finishes after the function returns?). Graded on the synchronized time.")
+        side_note = (f"\ndo_bench's events timed {ms:.3f} ms a call, but with the whole GPU synchronized a call takes "
+                     f"{synced:.3f} ms: part of the work escapes the events (a side CUDA stream, work finishing after "
+                     "the function returns, or less work while timed?). Graded on the synchronized time.")
         ms = synced
     cached = _cached_at_benchmark_size(ex, fn, inputs, outs)
     if cached:

@@ -357,7 +357,13 @@ def restore() -> list[str]:
 
 def _before_cell(record: Record, *_args) -> None:
     """Before every cell of a Jupyter kernel: put the grader back, and the notebook's names for it."""
-    record.restore()
+    put_back = record.restore()
+    machinery = [what for what in put_back if what.startswith(("IPython's", "the grader's before-cell"))]
+    if machinery:
+        # This cell was already transformed by what was put back, so it may not be what it says. On stderr,
+        # because nbgrader scores a graded cell that writes there 0: a rewritten cell earns nothing.
+        print(f"fusion-course: the notebook changed how Jupyter runs cells ({'; '.join(machinery)}); this cell may "
+              "not run as written and earns no points", file=sys.stderr)
     user_ns = record.ipython.user_ns
     import autograder
 

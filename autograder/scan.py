@@ -45,13 +45,13 @@ SUSPECT_CALLS = {
     "ctypes.memmove": "writes raw memory",
     "torch.cuda.Stream": "work on a side CUDA stream",
     "threading.Thread": "starts threads",
-    "get_ipython().events.unregister": "removes a Jupyter hook",
     "get_ipython().set_custom_exc": "changes how Jupyter reports errors",
 }
 # Names distinctive enough to flag when imported bare (from subprocess import Popen).
 DISTINCT = {"Popen", "setsid", "_getframe", "string_at", "memmove", "CDLL", "killpg", "Stream", "get_referrers"}
 ATTRIBUTE_FLAGS = {
     "__code__": "replaces a function's code",
+    "events": "changes Jupyter's hooks around cells",
     "input_transformers_cleanup": "rewrites cells before Jupyter runs them",
     "input_transformers_post": "rewrites cells before Jupyter runs them",
     "ast_transformers": "rewrites cells before Jupyter runs them",
@@ -62,9 +62,11 @@ PATH_HINTS = re.compile(r"gradebook\.db|grading\.toml|nbgrader_config|submitted|
 
 
 def _dotted(node) -> str:
+    """a.b[i].c -> "a.b.c"; a call in the chain is kept as "f()"."""
     parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name):
         parts.append(node.id)
@@ -106,10 +108,9 @@ def scan_source(source: str) -> list[tuple[int, str]]:
             root = name.split(".")[0]
             if isinstance(t, ast.Name) and t.id in PROTECTED_NAMES:
                 found.append((node.lineno, f"rebinds `{t.id}`, a name the graded cells use"))
-            elif isinstance(t, ast.Attribute) and root in PROTECTED_ROOTS | PROTECTED_NAMES:
-                found.append((node.lineno, f"assigns {name}"))
-            elif isinstance(t, ast.Attribute) and t.attr in ATTRIBUTE_FLAGS:
-                found.append((node.lineno, f"assigns {name}: {ATTRIBUTE_FLAGS[t.attr] or 'the interpreter state'}"))
+            elif isinstance(t, ast.Attribute) and (root in PROTECTED_ROOTS | PROTECTED_NAMES or t.attr in ATTRIBUTE_FLAGS):
+                why = ATTRIBUTE_FLAGS.get(t.attr)
+                found.append((node.lineno, f"assigns {name}" + (f": {why}" if why else "")))
             elif isinstance(t, ast.Subscript) and (root in PROTECTED_ROOTS and "." in name or name == "builtins"):
                 found.append((node.lineno, f"assigns an item of {name}"))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in PROTECTED_NAMES:
