@@ -294,7 +294,8 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
     third = dict(second, **{name: second[name].clone()})
     flat = third[name].view(-1)
     gen = torch.Generator().manual_seed(_seed(seed, "cache", 3))
-    flat[torch.randperm(flat.numel(), generator=gen)[:8]] = torch.randn(8, generator=gen).to(dtype)
+    pos = torch.randperm(flat.numel(), generator=gen)[:8].to(flat.device)
+    flat[pos] = torch.randn(8, generator=gen).to(device=flat.device, dtype=dtype)
     held[name].tensor.copy_(third[name])
     out_c, problems = _run(ex, fn, third, dtype, held)
     if problems:
