@@ -515,19 +515,23 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple)
     """After timing: a repeated call must return a new tensor, and the result must follow a change of a few
     input elements in place. Otherwise the timed calls returned a stored result instead of computing it."""
     args = tuple(inputs.values())
-    again = _as_outputs(fn(*args), len(outs))
-    torch.cuda.synchronize()
-    if again is not None and _shares_storage(again, outs):
-        return f"{ex.function} returned the same output tensor again for the same inputs (a cached result)"
-    del again
-    name, x = next((k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor))
-    if not x.is_contiguous():
-        return None
-    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
-    pos = torch.randperm(x.numel(), generator=gen)[:64].to(x.device)
-    x.view(-1)[pos] = torch.randn(64, generator=gen).to(device=x.device, dtype=x.dtype)
-    now = _as_outputs(fn(*args), len(outs))
-    torch.cuda.synchronize()
+    try:
+        again = _as_outputs(fn(*args), len(outs))
+        torch.cuda.synchronize()
+        if again is not None and _shares_storage(again, outs):
+            return f"{ex.function} returned the same output tensor again for the same inputs (a cached result)"
+        del again
+        name, x = next((k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor))
+        if not x.is_contiguous():
+            return None
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
+        pos = torch.randperm(x.numel(), generator=gen)[:64].to(x.device)
+        x.view(-1)[pos] = torch.randn(64, generator=gen).to(device=x.device, dtype=x.dtype)
+        torch.cuda.synchronize()  # the change is in memory before fn runs, on whatever stream it uses
+        now = _as_outputs(fn(*args), len(outs))
+        torch.cuda.synchronize()
+    except Exception as exc:
+        return _student_error(exc, ex.function)
     expected = _as_tuple(ex.reference(**inputs))
     if now is None or any(_compare(o, e, ex.perf_dtype, *ex.tolerance[ex.perf_dtype]) for o, e in zip(now, expected)):
         return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "

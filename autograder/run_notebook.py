@@ -83,9 +83,12 @@ def main(argv: list[str]) -> int:
             reports.append(_failed_report(ex.id, chosen, reason))
             continue
         try:
-            reports.append(real_check(ex.id, fn, criteria=chosen).to_dict())
+            report = real_check(ex.id, fn, criteria=chosen)
         except integrity.TamperingError as exc:
             reports.append(_failed_report(ex.id, chosen, str(exc)))
+            continue
+        print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
+        reports.append(report.to_dict())
     shutil.rmtree(cells_dir, ignore_errors=True)
     Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
     return 0

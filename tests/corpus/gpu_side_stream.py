@@ -17,5 +17,6 @@ _side = []
 def fused_chain(x, bias, alpha):
     if not _side:
         _side.append(torch.cuda.Stream())
+    _side[0].wait_stream(torch.cuda.current_stream())  # the inputs are ready; the result is left unawaited
     with torch.cuda.stream(_side[0]):
         return _right(x, bias, alpha)
