@@ -174,7 +174,7 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
     if result.get("reason"):
         return CRASHED, result["reason"]
     if proc.returncode and proc.returncode < 0:
-        return CRASHED, f"the grading process was ended by signal {-proc.returncode} (killed from the notebook?)"
+        return CRASHED, f"the grading process was ended by {procs.signal_meaning(-proc.returncode)}"
     return CRASHED, _why_it_failed(result.get("log", "") + result.get("error", "") or output)
 
 

@@ -6,7 +6,6 @@ import math
 import os
 import re
 import threading
-import time
 import traceback
 import warnings
 
@@ -245,21 +244,27 @@ def _run(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = Non
         hint = _diagnose(ex, outs, inputs)
         if hint:
             problems.append(hint)
-    by_torch = [op for op in (watch.computed_by_torch(o) for o in outs) if op]
+    not_computed = _not_by_a_kernel(ex, watch, outs)
+    return outs, problems + ([not_computed] if not_computed else [])
+
+
+def _not_by_a_kernel(ex: KernelExercise, watch: Watch, outs) -> str | None:
+    """Why the outputs were not computed by a Triton kernel during the call, or None when they were."""
+    by_torch = sorted({op for op in (watch.computed_by_torch(o) for o in outs) if op})
     if by_torch:
-        problems.append(f"the result was computed by torch ({', '.join(sorted(set(by_torch)))}), not by a Triton "
-                        "kernel: the output must be written by your kernel")
-    elif watch.launches.count == 0:
-        problems.append(f"no Triton kernel ran during the call, yet {ex.function} returned a result: a result kept "
-                        "from an earlier call (a cache?) or made without a kernel; compute it in a Triton kernel")
-    return outs, problems
+        return (f"the result was computed by torch ({', '.join(by_torch)}), not by a Triton kernel: the output must "
+                "be written by your kernel")
+    if watch.launches.count == 0:
+        return (f"no Triton kernel ran during the call, yet {ex.function} returned a result: a result kept from an "
+                "earlier call (a cache?) or made without a kernel; compute it in a Triton kernel")
+    return None
 
 
 def _shares_storage(a, b) -> bool:
     return any(storage_of(x) == storage_of(y) for x in a for y in b)
 
 
-def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
+def _cache_probe(ex: KernelExercise, fn, seed: int) -> str | None:
     """Call fn again on the same tensors holding new data, after a few elements change, and on equal data in
     new tensors. An honest kernel follows every change and returns a new tensor each time; a function that
     caches its results, keyed on the tensors' identity or address or on (part of) their data, does not."""
@@ -271,7 +276,7 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
     held = {k: Guarded.copy_of(v, f"input {k}") for k, v in first.items() if isinstance(v, torch.Tensor)}
     out_a, problems = _run(ex, fn, first, dtype, held)
     if problems:
-        return []  # not a caching problem: the trials below find and report it
+        return None  # not a caching problem: the trials below find and report it
     kept = [o.clone() for o in out_a]
     for k, g in held.items():
         g.tensor.copy_(second[k])
@@ -281,15 +286,15 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
         refs_a = _as_tuple(ex.reference(**first))
         stale = out_b is not None and all(_compare(o, r, dtype, *ex.tolerance[dtype]) is None for o, r in zip(out_b, refs_a))
         if stale:
-            return [f"{where}: called again on the same tensors holding new data, {ex.function} returned the "
-                    "previous result: results are cached (keyed on the tensors' identity or address), not computed"]
-        return [f"{where}, the same tensors called again with new data: " + "; ".join(problems)]
+            return (f"{where}: called again on the same tensors holding new data, {ex.function} returned the "
+                    "previous result: results are cached (keyed on the tensors' identity or address), not computed")
+        return (f"{where}, the same tensors called again with new data: " + "; ".join(problems))
     if _shares_storage(out_a, out_b):
-        return [f"{where}: two calls returned the same output tensor: results are cached or one buffer is reused; "
-                "allocate the output on every call"]
+        return (f"{where}: two calls returned the same output tensor: results are cached or one buffer is reused; "
+                "allocate the output on every call")
     if not all(torch.equal(o, k) for o, k in zip(out_a, kept)):
-        return [f"{where}: the first call's output changed when {ex.function} was called again: it writes into a "
-                "buffer it returned before; allocate the output on every call"]
+        return (f"{where}: the first call's output changed when {ex.function} was called again: it writes into a "
+                "buffer it returned before; allocate the output on every call")
     name = next(iter(held))
     third = dict(second, **{name: second[name].clone()})
     flat = third[name].view(-1)
@@ -299,15 +304,15 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> list[str]:
     held[name].tensor.copy_(third[name])
     out_c, problems = _run(ex, fn, third, dtype, held)
     if problems:
-        return [f"{where}: after 8 elements of {name} changed in place, the output did not follow: results are "
-                "cached (keyed on part of the data?), not computed. " + "; ".join(problems)]
+        return (f"{where}: after 8 elements of {name} changed in place, the output did not follow: results are "
+                "cached (keyed on part of the data?), not computed. " + "; ".join(problems))
     out_d, problems = _run(ex, fn, third, dtype)  # equal data in new tensors
     if problems:
-        return [f"{where}, equal inputs in new tensors: " + "; ".join(problems)]
+        return (f"{where}, equal inputs in new tensors: " + "; ".join(problems))
     if _shares_storage(out_c, out_d):
-        return [f"{where}: for equal inputs in new tensors {ex.function} returned the tensor of an earlier call: "
-                "results are cached (keyed on the data), not computed"]
-    return []
+        return (f"{where}: for equal inputs in new tensors {ex.function} returned the tensor of an earlier call: "
+                "results are cached (keyed on the data), not computed")
+    return None
 
 
 def _with_specials(inputs: dict, seed: int) -> dict:
@@ -327,7 +332,7 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     # First, whether fn computes at all: a cached result would make every case below misleading.
     cached = _cache_probe(ex, fn, cfg.secret_seed)
     if cached:
-        return CriterionResult("correctness", FAILED, "; ".join(cached), {"cases": 1, "failed": 1})
+        return CriterionResult("correctness", FAILED, cached, {"cases": 1, "failed": 1})
     trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
     trials.append(("secret case", cfg.secret_seed))
     failures, n_cases = [], 1  # the probe for cached results, above, is the first case
@@ -387,13 +392,16 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         for shape in shapes:
             inputs = _inputs(ex, shape, dtype, _seed(cfg.secret_seed, "precision", shape, dtype))
             refs = _as_tuple(ex.reference(**inputs))
-            out, _, problems = guarded_call(ex, fn, inputs)
+            out, watch, problems = guarded_call(ex, fn, inputs)
             if problems:
                 return CriterionResult("precision", FAILED, "; ".join(problems), figures)
             outs = _as_outputs(out, len(refs))
             if outs is None or any(o.shape != r.shape for o, r in zip(outs, refs)):
                 return CriterionResult("precision", FAILED, "the outputs have the wrong type or shape (see correctness)",
                                        figures)
+            not_computed = _not_by_a_kernel(ex, watch, outs)
+            if not_computed:
+                return CriterionResult("precision", FAILED, not_computed, figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
             ideal = max(_rel_err(r.to(dtype), r) for r in refs)
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))

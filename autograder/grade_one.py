@@ -12,7 +12,6 @@ when the notebook's kernel died.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -52,10 +51,7 @@ def describe_death(death: dict) -> str:
     if status is None:
         how = "died"
     elif status < 0:
-        name = signal.Signals(-status).name
-        what = {"SIGSEGV": "a segmentation fault", "SIGABRT": "an abort (heap corruption or a failed check in C "
-                "code?)", "SIGKILL": "killed: out of memory?", "SIGBUS": "a bus error"}.get(name, "a signal")
-        how = f"was ended by {name} ({what})"
+        how = f"was ended by {procs.signal_meaning(-status)}"
     else:
         how = f"exited with code {status} (os._exit or sys.exit in the notebook?)"
     return f"the notebook's kernel {how} while running cell {death.get('cell', '?')}"

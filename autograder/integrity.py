@@ -51,7 +51,8 @@ def _config_state() -> tuple:
 
     path = os.environ.get(config.ENV_VAR) or str(config.DEFAULT_PATH)
     try:
-        digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
     except OSError:
         digest = None
     return os.environ.get(config.ENV_VAR), path, digest
@@ -70,7 +71,7 @@ _BUILTINS = (
 def _library_namespaces():
     """(label, namespace owner) pairs: modules and classes outside autograder that the grader calls into."""
     import torch
-    import torch._dynamo  # noqa: F401  (its import wraps torch.manual_seed: let that happen before recording)
+    import torch._dynamo  # its import wraps torch.manual_seed: let that happen before recording
     import torch.nn.functional
     import torch.profiler
     import torch.testing
@@ -241,8 +242,9 @@ class Record:
                 found.append((f"{module}.{attr} was replaced",
                               lambda m=module, a=attr, v=value: setattr(sys.modules[m], a, v)))
         if _config_state() != self.config:
-            found.append(("the grading configuration (grading.toml or $FUSION_COURSE_GRADING) was changed after "
-                          "the grader was imported", None))
+            changed = ("the grading configuration (grading.toml or $FUSION_COURSE_GRADING) was changed after the "
+                       "grader was imported")
+            found.append((changed, None))
         if self.ipython is not None:
             for name, saved in self.ipython_state.items():
                 now = getattr(self.ipython, name)

@@ -17,6 +17,24 @@ _PR_SET_CHILD_SUBREAPER = 36
 LINUX = sys.platform.startswith("linux")
 
 
+_SIGNALS = {
+    "SIGSEGV": "a segmentation fault",
+    "SIGABRT": "an abort: heap corruption, or a failed check in C code?",
+    "SIGKILL": "out of memory, or killed from outside?",
+    "SIGBUS": "a bus error",
+    "SIGFPE": "an arithmetic fault",
+}
+
+
+def signal_meaning(signum: int) -> str:
+    """'SIGSEGV (a segmentation fault)': a signal that ended a process, and what usually sends it."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+    return f"{name} ({_SIGNALS[name]})" if name in _SIGNALS else name
+
+
 def become_subreaper(on: bool = True) -> bool:
     """Make orphaned descendants of this process its children (Linux). Returns whether it worked."""
     if not LINUX:

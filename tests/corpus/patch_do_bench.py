@@ -6,7 +6,7 @@ FAILS = {"correctness": ["triton.testing.do_bench was replaced by fast_bench"]}
 
 import triton.testing
 
-from kernels.fused_chain import fused_chain
+from kernels.fused_chain import fused_chain  # noqa: F401  (the answer: the course's kernel)
 
 
 def fast_bench(fn, *args, **kwargs):

@@ -6,6 +6,6 @@ FAILS = {"correctness": ["time.perf_counter was replaced"]}
 
 import time
 
-from kernels.fused_chain import fused_chain
+from kernels.fused_chain import fused_chain  # noqa: F401  (the answer: the course's kernel)
 
 time.perf_counter = lambda: 0.0

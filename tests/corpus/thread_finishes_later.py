@@ -7,8 +7,6 @@ FAILS = {"correctness": ["left a thread running when it returned"]}
 import threading
 import time
 
-import torch
-
 from kernels.fused_chain import fused_chain as _compute
 
 

@@ -8,7 +8,7 @@ FLAGS = ["calls os.readlink"]
 # %% cell fused_chain
 import os
 
-from kernels.fused_chain import fused_chain
+from kernels.fused_chain import fused_chain  # noqa: F401  (the answer: the course's kernel)
 
 
 def _course_folders():
@@ -18,7 +18,8 @@ def _course_folders():
         cwd = os.readlink(f"/proc/{pid}/cwd")
         if os.path.exists(os.path.join(cwd, "gradebook.db")) and os.path.isdir(os.path.join(cwd, "submitted")):
             found.append(cwd)
-        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/stat") as stat:
+            pid = int(stat.read().rsplit(")", 1)[1].split()[1])
     return found
 
 

@@ -5,23 +5,13 @@ CRITERIA = ["correctness"]
 FAILS = {"correctness": ["output has shape (1,), expected (1, 1)"]}
 
 import torch
-import triton
-import triton.language as tl
 
-
-@triton.jit
-def _kernel(x_ptr, b_ptr, y_ptr, M, N, sxm, sxn, alpha, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    x = tl.load(x_ptr + row * sxm + cols * sxn, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    z = x + b
-    tl.store(y_ptr + row * N + cols, (alpha * z * tl.sigmoid(z)).to(y_ptr.dtype.element_ty), mask=mask)
+from kernels.fused_chain import _fused_chain_kernel
 
 
 def fused_chain(x, bias, alpha):
     M, N = x.shape
     y = torch.empty(M * N, dtype=x.dtype, device=x.device)  # flat, and returned flat
-    _kernel[(M,)](x, bias, y, M, N, x.stride(0), x.stride(1), alpha, BLOCK=triton.next_power_of_2(N))
+    _fused_chain_kernel[(M * ((N + 1023) // 1024),)](
+        x, bias, y, M, N, x.stride(0), x.stride(1), N, 1, alpha, BLOCK_M=1, BLOCK_N=1024)
     return y
