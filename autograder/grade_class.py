@@ -25,6 +25,7 @@ interrupted run resumes; a submission during which the run died twice is recorde
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -159,7 +160,9 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         procs.kill_tree(proc.pid)
-        proc.communicate()
+        procs.end_children(keep=before)  # what slipped out of the tree while it was being ended
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=30)  # a survivor still holding the pipe must not hold up the class
         return TIMED_OUT, f"grading did not finish within {timeout:.0f} s (a hang or an endless loop?)"
     finally:
         procs.end_children(keep=before)  # orphans that climbed up to this (subreaper) process

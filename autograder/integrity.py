@@ -331,7 +331,8 @@ def protect(shell=None) -> None:
     if shell is not None:
         _record.watch_ipython(shell)
         # Under nbgrader the set-up cell is the first cell run: the input history holds a blank entry and it.
-        ran_before = len(shell.history_manager.input_hist_raw) > 2
+        history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", [])
+        ran_before = len(history) > 2
         _record.early_code = bool(os.environ.get("NBGRADER_EXECUTION")) and ran_before
         shell.events.register("pre_run_cell", _record.hook)
 
