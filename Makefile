@@ -18,7 +18,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test course bench device check grade clean
+.PHONY: lab test corpus course bench device check grade clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -40,6 +40,10 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
+corpus: $(STAMP)
+	$(BIN)/python -m pytest tests/test_corpus.py tests/test_corpus_class.py $(PYTEST_ARGS)
 
 # Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader.
 course: $(STAMP)

@@ -1,4 +1,4 @@
-"""Command line: python -m autograder {device, list, check}."""
+"""Command line: python -m autograder {device, list, check, grade-class}."""
 
 from __future__ import annotations
 
@@ -31,14 +31,17 @@ def main(argv=None) -> int:
     if args.command == "grade-class":
         from pathlib import Path
 
-        from autograder.grade_class import grade_class
+        from autograder.grade_class import GradingStopped, grade_class
 
         try:
             rows = grade_class(Path.cwd(), args.assignment, timeout=args.timeout, force=args.force,
                                csv_path=args.csv, db_url=args.db, echo=lambda m: print(m, flush=True))
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except GradingStopped as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 3
         return 0 if all(r["status"] == "graded" for r in rows) else 1
 
     import autograder

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import traceback
 
+import torch
+
 from . import config as config_mod
-from . import registry
+from . import integrity, registry
 from . import grade_kernel, grade_numeric, grade_step
 from .report import FAILED, CriterionResult, Report
 from .sandbox import quiet
@@ -15,8 +17,10 @@ from .specs import CRITERIA, KernelExercise, StepExercise, check_callable
 def check(exercise_id: str, fn, *, criteria=None) -> Report:
     """Grade fn on the exercise's criteria (all of them, or those named) and return a Report.
 
-    Nothing is written to stderr: warnings and stray output are captured into the messages.
+    Nothing is written to stderr: warnings and stray output are captured into the messages. Raises
+    integrity.TamperingError when the notebook replaced part of the grader, torch or triton (see integrity).
     """
+    integrity.verify()
     ex = registry.get(exercise_id)
     if criteria is None:
         chosen = list(ex.criteria)
@@ -44,11 +48,27 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             try:
                 result = graders[name](ex, fn, cfg)
             except Exception as exc:  # a grader bug must still produce a result, not a crash
-                result = CriterionResult(
-                    name, FAILED, f"the grader itself failed ({type(exc).__name__}: {exc}); please report this\n"
-                    + "".join(traceback.format_exception(exc)[-3:]),
-                )
+                result = CriterionResult(name, FAILED, _grader_failure(exc))
         if noise:
             result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
         results.append(result)
+    integrity.verify()  # the graded function ran in between
     return Report(ex.id, results)
+
+
+def _grader_failure(exc: Exception) -> str:
+    """The message when grading itself raised: the device's state is the usual cause, not a grader bug."""
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        held = ""
+        if torch.cuda.is_available():
+            held = f" ({torch.cuda.memory_allocated() / 2**30:.1f} GiB held by live tensors)"
+        return (f"GPU memory ran out while grading{held}: the notebook keeps large tensors alive, or the function "
+                f"allocates far more than its output. Free them (del, torch.cuda.empty_cache()) or allocate less. "
+                f"[{text}]")
+    if "illegal memory access" in str(exc) or "CUDA error" in str(exc):
+        return (f"the GPU can no longer run anything in this process: an earlier kernel accessed memory out of "
+                f"bounds (a load or store without a correct mask?) and broke the CUDA context; restart the kernel. "
+                f"[{text}]")
+    return (f"the grader itself failed ({text}); please report this\n"
+            + "".join(traceback.format_exception(exc)[-3:]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import procs
 from .report import FAILED, CriterionResult, Report, format_table
 
 DEFAULT_TIMEOUT = 1800  # seconds: the GPU benchmarks of a notebook included
@@ -68,13 +70,15 @@ def run(path: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT, criteria=None
             proc.wait(timeout=timeout)
             t.join(5)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            procs.kill_tree(proc.pid)  # processes in sessions of their own too (Linux)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return _result(path, _all_failed(path, f"timed out after {timeout:.0f} s: the notebook did not finish", criteria),
                            [], log)
         if proc.returncode != 0 or not result_file.exists():
             rc = proc.returncode
-            how = f"was killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with code {rc}"
+            how = f"was killed by {procs.signal_meaning(-rc)}" if rc < 0 else f"exited with code {rc}"
             tail = "".join(log[-15:]).strip()
             reason = f"the notebook's process {how} before grading finished (a crash in the code?)\n{tail}"
             return _result(path, _all_failed(path, reason, criteria), [], log)

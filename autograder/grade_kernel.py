@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import threading
 import traceback
 import warnings
 
@@ -15,10 +16,10 @@ from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
 from .report import FAILED, PASSED, SKIPPED, CriterionResult
-from .sandbox import Guarded, TritonLaunches, Watch, poison_value
+from .sandbox import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise, Shape
-from .timing import bench_ms
+from .timing import bench_ms, synced_ms
 
 MAX_LISTED = 5
 
@@ -70,7 +71,17 @@ def _student_error(exc: BaseException, function: str) -> str:
     reason = _reason_line(root)
     if reason and reason != text:
         text += f" ... {reason}"
-    return f"{function} raised {type(exc).__name__}: {text}{where}"
+    return f"{function} raised {type(exc).__name__}: {text}{where}{_hint(exc)}"
+
+
+def _hint(exc: BaseException) -> str:
+    """What a common, cryptic failure usually means."""
+    text = str(exc).lower()
+    if "out of memory" in text or "can't allocate memory" in text:
+        return "\nMemory ran out: the function allocates far more than its output (or the notebook holds large tensors)."
+    if isinstance(exc, TypeError) and "object is not subscriptable" in text and "function" in text:
+        return "\nkernel[grid](...) needs a Triton kernel: is @triton.jit missing above the kernel's def?"
+    return ""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -112,16 +123,18 @@ def _compare(out: torch.Tensor, ref: torch.Tensor, dtype, atol: float, rtol: flo
     )
 
 
-def guarded_call(ex: KernelExercise, fn, inputs: dict):
+def guarded_call(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = None):
     """Call fn on guard-padded copies of the inputs, its new tensors poisoned and guard-padded too.
 
-    Returns (output, watch, problems); output is None when the call raised.
+    ``guarded`` passes guard-padded inputs to reuse (the same tensors on several calls). Returns
+    (output, watch, problems); output is None when the call raised.
     """
-    guarded = {k: Guarded.copy_of(v, f"input {k}") for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    guarded = guarded or {k: Guarded.copy_of(v, f"input {k}") for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     call = {k: guarded[k].tensor if k in guarded else v for k, v in inputs.items()}
     snapshots = {k: g.buffer.clone() for k, g in guarded.items()}
     launches = TritonLaunches()
     watch = Watch(launches, poison=True)
+    threads = set(threading.enumerate())
     try:
         # NaN and Inf inputs make the interpreter's numpy warn about arithmetic that is meant to happen.
         with launches, watch, np.errstate(all="ignore"):
@@ -129,7 +142,8 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict):
         _sync()
     except Exception as exc:  # the student's code failed: report it, keep grading
         return None, watch, [_student_error(exc, ex.function)]
-    problems = []
+    left = _left_running(ex, threads)
+    problems = [left] if left else []
     for k, g in guarded.items():
         if not torch.equal(g.buffer.view(torch.uint8), snapshots[k].view(torch.uint8)):
             damage = g.guard_damage()
@@ -139,6 +153,22 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict):
         if damage:
             problems.append(f"out-of-bounds write: {damage} (a store without a correct mask?)")
     return out, watch, problems
+
+
+# Threads that libraries start for themselves (kernel I/O, progress bars, compile workers).
+_LIBRARY_THREADS = ("torch", "triton", "ipykernel", "IPython", "zmq", "tqdm", "jupyter_client", "matplotlib")
+
+
+def _left_running(ex: KernelExercise, before: set) -> str | None:
+    """A thread the call started and left running: the result may be written after it was checked or timed."""
+    for t in threading.enumerate():
+        target = getattr(t, "_target", None)
+        module = getattr(target, "__module__", "") or ""
+        if t not in before and t.is_alive() and not module.startswith(_LIBRARY_THREADS):
+            what = getattr(target, "__qualname__", t.name)
+            return (f"{ex.function} left a thread running when it returned ({what}): its work may finish after "
+                    "the result is read or the timer stops; finish (or enqueue) all work before returning")
+    return None
 
 
 def _as_outputs(value, n: int):
@@ -193,13 +223,18 @@ def _as_tuple(v):
 
 def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
     """Run fn once on guard-padded inputs and list every problem found."""
+    return _run(ex, fn, inputs, dtype)[1]
+
+
+def _run(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = None):
+    """(outputs or None, problems) of one guarded call, checked against the reference."""
     refs = _as_tuple(ex.reference(**inputs))
-    out, watch, problems = guarded_call(ex, fn, inputs)
+    out, watch, problems = guarded_call(ex, fn, inputs, guarded)
     if out is None:
-        return problems
+        return None, problems
     outs = _as_outputs(out, len(refs))
     if outs is None:
-        return problems + [f"{ex.function} returned {type(out).__name__}, expected {_expected_kind(ex)}"]
+        return None, problems + [f"{ex.function} returned {type(out).__name__}, expected {_expected_kind(ex)}"]
     mismatched = False
     for name, o, r in zip(ex.output_names, outs, refs):
         msg = _check_output(ex, name, o, r, dtype, watch)
@@ -210,7 +245,75 @@ def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
         hint = _diagnose(ex, outs, inputs)
         if hint:
             problems.append(hint)
-    return problems
+    not_computed = _not_by_a_kernel(ex, watch, outs)
+    return outs, problems + ([not_computed] if not_computed else [])
+
+
+def _not_by_a_kernel(ex: KernelExercise, watch: Watch, outs) -> str | None:
+    """Why the outputs were not computed by a Triton kernel during the call, or None when they were."""
+    by_torch = sorted({op for op in (watch.computed_by_torch(o) for o in outs) if op})
+    if by_torch:
+        return (f"the result was computed by torch ({', '.join(by_torch)}), not by a Triton kernel: the output must "
+                "be written by your kernel")
+    if watch.launches.count == 0:
+        return (f"no Triton kernel ran during the call, yet {ex.function} returned a result: a result kept from an "
+                "earlier call (a cache?) or made without a kernel; compute it in a Triton kernel")
+    return None
+
+
+def _shares_storage(a, b) -> bool:
+    return any(storage_of(x) == storage_of(y) for x in a for y in b)
+
+
+def _cache_probe(ex: KernelExercise, fn, seed: int) -> str | None:
+    """Call fn again on the same tensors holding new data, after a few elements change, and on equal data in
+    new tensors. An honest kernel follows every change and returns a new tensor each time; a function that
+    caches its results, keyed on the tensors' identity or address or on (part of) their data, does not."""
+    shape = next((s for s in ex.shapes if s.layout == "contiguous" and math.prod(s.dims) >= 64), ex.shapes[-1])
+    dtype = torch.float32
+    first = _inputs(ex, shape, dtype, _seed(seed, "cache", 1))
+    second = {k: v if isinstance(v, torch.Tensor) else first[k] for k, v in
+              _inputs(ex, shape, dtype, _seed(seed, "cache", 2)).items()}
+    held = {k: Guarded.copy_of(v, f"input {k}") for k, v in first.items() if isinstance(v, torch.Tensor)}
+    out_a, problems = _run(ex, fn, first, dtype, held)
+    if problems:
+        return None  # not a caching problem: the trials below find and report it
+    kept = [o.clone() for o in out_a]
+    for k, g in held.items():
+        g.tensor.copy_(second[k])
+    out_b, problems = _run(ex, fn, second, dtype, held)
+    where = f"shape {shape}, float32"
+    if problems:
+        refs_a = _as_tuple(ex.reference(**first))
+        stale = out_b is not None and all(_compare(o, r, dtype, *ex.tolerance[dtype]) is None for o, r in zip(out_b, refs_a))
+        if stale:
+            return (f"{where}: called again on the same tensors holding new data, {ex.function} returned the "
+                    "previous result: results are cached (keyed on the tensors' identity or address), not computed")
+        return (f"{where}, the same tensors called again with new data: " + "; ".join(problems))
+    if _shares_storage(out_a, out_b):
+        return (f"{where}: two calls returned the same output tensor: results are cached or one buffer is reused; "
+                "allocate the output on every call")
+    if not all(torch.equal(o, k) for o, k in zip(out_a, kept)):
+        return (f"{where}: the first call's output changed when {ex.function} was called again: it writes into a "
+                "buffer it returned before; allocate the output on every call")
+    name = next(iter(held))
+    third = dict(second, **{name: second[name].clone()})
+    flat = third[name].view(-1)
+    gen = torch.Generator().manual_seed(_seed(seed, "cache", 3))
+    pos = torch.randperm(flat.numel(), generator=gen)[:8].to(flat.device)
+    flat[pos] = torch.randn(8, generator=gen).to(device=flat.device, dtype=dtype)
+    held[name].tensor.copy_(third[name])
+    out_c, problems = _run(ex, fn, third, dtype, held)
+    if problems:
+        return (f"{where}: after 8 elements of {name} changed in place, the output did not follow: results are "
+                "cached (keyed on part of the data?), not computed. " + "; ".join(problems))
+    out_d, problems = _run(ex, fn, third, dtype)  # equal data in new tensors
+    if problems:
+        return (f"{where}, equal inputs in new tensors: " + "; ".join(problems))
+    if _shares_storage(out_c, out_d):
+        return (f"{where}: for equal inputs in new tensors {ex.function} returned the tensor of an earlier call: "
+                "results are cached (keyed on the data), not computed")
+    return None
 
 
 def _with_specials(inputs: dict, seed: int) -> dict:
@@ -227,9 +330,13 @@ def _with_specials(inputs: dict, seed: int) -> dict:
 
 
 def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    # First, whether fn computes at all: a cached result would make every case below misleading.
+    cached = _cache_probe(ex, fn, cfg.secret_seed)
+    if cached:
+        return CriterionResult("correctness", FAILED, cached, {"cases": 1, "failed": 1})
     trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
     trials.append(("secret case", cfg.secret_seed))
-    failures, n_cases = [], 0
+    failures, n_cases = [], 1  # the probe for cached results, above, is the first case
     cases = []
     for label, seed in trials:
         shapes = ex.shapes + (EXTRA_SHAPES.get(ex.id, ()) if label == "secret case" else ())
@@ -254,7 +361,8 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if failures:
         listed = "\n".join(failures[:MAX_LISTED])
         more = f"\n... and {len(failures) - MAX_LISTED} more failing case(s)" if len(failures) > MAX_LISTED else ""
-        ran = f"{n_cases} cases" if n_cases == len(cases) else f"the first {n_cases} of {len(cases)} cases (stopped early)"
+        total = len(cases) + 1
+        ran = f"{n_cases} cases" if n_cases >= total else f"the first {n_cases} of {total} cases (stopped early)"
         return CriterionResult("correctness", FAILED, f"{len(failures)} of {ran} failed:\n{listed}{more}", figures)
     note = "" if runtime.has_gpu() else " (bf16 is graded on a GPU only)"
     return CriterionResult("correctness", PASSED, f"all {n_cases} cases match the reference{note}", figures)
@@ -288,13 +396,16 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         for shape in shapes:
             inputs = _inputs(ex, shape, dtype, _seed(cfg.secret_seed, "precision", shape, dtype))
             refs = _as_tuple(ex.reference(**inputs))
-            out, _, problems = guarded_call(ex, fn, inputs)
+            out, watch, problems = guarded_call(ex, fn, inputs)
             if problems:
                 return CriterionResult("precision", FAILED, "; ".join(problems), figures)
             outs = _as_outputs(out, len(refs))
             if outs is None or any(o.shape != r.shape for o, r in zip(outs, refs)):
                 return CriterionResult("precision", FAILED, "the outputs have the wrong type or shape (see correctness)",
                                        figures)
+            not_computed = _not_by_a_kernel(ex, watch, outs)
+            if not_computed:
+                return CriterionResult("precision", FAILED, not_computed, figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
             ideal = max(_rel_err(r.to(ex.out_dtype(dtype)), r) for r in refs)
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
@@ -349,11 +460,15 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     prof = device_mod.profile()
     inputs = _inputs(ex, ex.perf_shape, ex.perf_dtype, _seed(cfg.secret_seed, "performance"), device="cuda")
     args = tuple(inputs.values())
+    threads = set(threading.enumerate())
     try:
         out = fn(*args)
         torch.cuda.synchronize()
     except Exception as exc:
         return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
+    left = _left_running(ex, threads)
+    if left:
+        return CriterionResult("performance", FAILED, left + ": not timed")
     # A fast wrong answer earns nothing: compare with the float64 reference first (loosely: this guards
     # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
     # own reductions drift by more than that at this size.
@@ -363,6 +478,18 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
     del expected
     ms = bench_ms(lambda: fn(*args))
+    # do_bench's events time the current stream only: work on a side stream, or finishing later, escapes them.
+    # A loop with the whole device synchronized cannot be escaped; when it is far slower, it is the time.
+    synced = synced_ms(lambda: fn(*args))
+    side_note = ""
+    if synced > 2 * ms + 0.02:
+        side_note = (f"\ndo_bench's events timed {ms:.3f} ms a call, but with the whole GPU synchronized a call takes "
+                     f"{synced:.3f} ms: part of the work escapes the events (a side CUDA stream, work finishing after "
+                     "the function returns, or less work while timed?). Graded on the synchronized time.")
+        ms = synced
+    cached = _cached_at_benchmark_size(ex, fn, inputs, outs)
+    if cached:
+        return CriterionResult("performance", FAILED, cached + ": the timing means nothing")
     eager_ms = bench_ms(lambda: ex.eager(*args))
     speedup = eager_ms / ms
     min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
@@ -388,7 +515,7 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     msg = (
         f"{what}; needs {min_frac:.2f}. {ms:.3f} ms against {eager_ms:.3f} ms for unfused eager PyTorch "
         f"({speedup:.2f}x){'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}. "
-        f"Shape {ex.perf_shape}, {_dtype_name(ex.perf_dtype)}, {prof.name}."
+        f"Shape {ex.perf_shape}, {_dtype_name(ex.perf_dtype)}, {prof.name}.{side_note}"
     )
     if frac >= min_frac and speedup > min_speedup:
         return CriterionResult("performance", PASSED, msg, figures)
@@ -400,6 +527,34 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             "enough loads in flight."
         )
     return CriterionResult("performance", FAILED, msg, figures)
+
+
+def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple) -> str | None:
+    """After timing: a repeated call must return a new tensor, and the result must follow a change of a few
+    input elements in place. Otherwise the timed calls returned a stored result instead of computing it."""
+    args = tuple(inputs.values())
+    try:
+        again = _as_outputs(fn(*args), len(outs))
+        torch.cuda.synchronize()
+        if again is not None and _shares_storage(again, outs):
+            return f"{ex.function} returned the same output tensor again for the same inputs (a cached result)"
+        del again
+        name, x = next((k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor))
+        if not x.is_contiguous():
+            return None
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
+        pos = torch.randperm(x.numel(), generator=gen)[:64].to(x.device)
+        x.view(-1)[pos] = torch.randn(64, generator=gen).to(device=x.device, dtype=x.dtype)
+        torch.cuda.synchronize()  # the change is in memory before fn runs, on whatever stream it uses
+        now = _as_outputs(fn(*args), len(outs))
+        torch.cuda.synchronize()
+    except Exception as exc:
+        return _student_error(exc, ex.function)
+    expected = _as_tuple(ex.reference(**inputs))
+    if now is None or any(_compare(o, e, ex.perf_dtype, *ex.tolerance[ex.perf_dtype]) for o, e in zip(now, expected)):
+        return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "
+                "results are cached (keyed on the tensors or part of their data), not computed")
+    return None
 
 
 def _count_gpu_kernels(run) -> tuple[int, list[str]]:

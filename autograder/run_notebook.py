@@ -25,6 +25,11 @@ def _is_test_cell(cell) -> bool:
     return bool(meta.get("grade")) and not meta.get("solution")
 
 
+def _failed_report(exercise_id: str, criteria: list[str], reason: str) -> dict:
+    results = [{"name": c, "status": "failed", "message": reason, "figures": {}} for c in criteria]
+    return {"exercise": exercise_id, "passed": False, "results": results}
+
+
 def main(argv: list[str]) -> int:
     nb_path, out_path = Path(argv[0]).resolve(), Path(argv[1])
     criteria = argv[2].split(",") if len(argv) > 2 and argv[2] else None
@@ -32,7 +37,10 @@ def main(argv: list[str]) -> int:
     nb = json.loads(nb_path.read_text())
     os.chdir(nb_path.parent)
     import autograder  # picks the device before any cell defines a kernel
-    from autograder import registry
+    from autograder import integrity, registry
+
+    integrity.protect()  # record the grader before any of the notebook's code runs
+    real_check = autograder.check  # graded below through this reference, whatever the cells rebind
 
     namespace = {"__name__": "__main__", "__file__": str(nb_path)}
     cells_dir = Path(tempfile.mkdtemp(prefix="notebook-cells-"))
@@ -59,6 +67,7 @@ def main(argv: list[str]) -> int:
 
         plt.close("all")
 
+    integrity.restore()  # the grader as recorded, whatever the cells did to it (check() names what they did)
     reports = []
     for ex in registry.for_notebook(nb_path.stem):
         chosen = [c for c in (criteria or ex.criteria) if c in ex.criteria]
@@ -71,10 +80,15 @@ def main(argv: list[str]) -> int:
             raised = [e for e in cell_errors if ex.function in e["defines"]]
             if raised:
                 reason += f": the cell that defines it raised {raised[0]['error']}"
-            results = [{"name": c, "status": "failed", "message": reason, "figures": {}} for c in chosen]
-            reports.append({"exercise": ex.id, "passed": False, "results": results})
+            reports.append(_failed_report(ex.id, chosen, reason))
             continue
-        reports.append(autograder.check(ex.id, fn, criteria=chosen).to_dict())
+        try:
+            report = real_check(ex.id, fn, criteria=chosen)
+        except integrity.TamperingError as exc:
+            reports.append(_failed_report(ex.id, chosen, str(exc)))
+            continue
+        print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
+        reports.append(report.to_dict())
     shutil.rmtree(cells_dir, ignore_errors=True)
     Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
     return 0

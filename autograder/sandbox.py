@@ -119,13 +119,19 @@ def _moves_integers(name: str, args) -> bool:
     return bool(tensors) and all(not (t.is_floating_point() or t.is_complex()) for t in tensors)
 
 
+def storage_of(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
 class TritonLaunches:
-    """Counts Triton launches and knows whether we are inside one."""
+    """Counts Triton launches, knows whether we are inside one, and which storages each launch was handed."""
 
     def __init__(self):
         self.count = 0
         self.names: list[str] = []
         self.depth = 0
+        self.events = 0  # a clock shared with Watch: which came last, a torch op or a launch?
+        self.handed: dict[int, int] = {}  # storage -> when a launch last received it
         self._saved = []
 
     def __enter__(self):
@@ -149,6 +155,10 @@ class TritonLaunches:
                 tracker.count += 1
                 fn = getattr(kernel, "fn", kernel)
                 tracker.names.append(getattr(fn, "__name__", type(kernel).__name__))
+                tracker.events += 1
+                for a in list(args) + list(kwargs.values()):
+                    if isinstance(a, torch.Tensor):
+                        tracker.handed[storage_of(a)] = tracker.events
             tracker.depth += 1
             try:
                 return original(kernel, *args, **kwargs)
@@ -173,6 +183,8 @@ class Watch(TorchDispatchMode):
         self.poison = poison
         self.allocations: list[Guarded] = []
         self.torch_ops: list[str] = []
+        self.written: dict[int, tuple[int, str]] = {}  # storage -> (when, which torch op) of the last compute
+        self._results: list[torch.Tensor] = []  # kept alive, so that no later tensor reuses their storage
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -185,13 +197,25 @@ class Watch(TorchDispatchMode):
             g = Guarded(real.shape, real.stride(), real.dtype, real.device, fill=poison_value(real.dtype))
             self.allocations.append(g)
             return g.tensor
-        if name not in _ALLOWED and not _moves_integers(name, args):
-            self.torch_ops.append(f"torch {name}")
-        return func(*args, **kwargs)
+        if name in _ALLOWED or _moves_integers(name, args):
+            return func(*args, **kwargs)
+        self.torch_ops.append(f"torch {name}")
+        result = func(*args, **kwargs)
+        self.launches.events += 1
+        for t in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(t, torch.Tensor):
+                self.written[storage_of(t)] = (self.launches.events, name)
+                self._results.append(t)
+        return result
+
+    def computed_by_torch(self, t: torch.Tensor) -> str | None:
+        """The torch op that last wrote t's storage, when no Triton launch was handed it afterwards."""
+        when, name = self.written.get(storage_of(t), (0, None))
+        return name if when > self.launches.handed.get(storage_of(t), 0) else None
 
     def owner(self, t: torch.Tensor) -> Guarded | None:
         for g in self.allocations:
-            if t.untyped_storage().data_ptr() == g.buffer.untyped_storage().data_ptr():
+            if storage_of(t) == storage_of(g.buffer):
                 return g
         return None
 

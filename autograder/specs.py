@@ -127,12 +127,23 @@ class StepExercise(Exercise):
     diagnoses: tuple = ()  # (bug name, reference computing the wrong update)
 
 
+def _is_triton_kernel(fn) -> bool:
+    from triton.runtime.jit import KernelInterface
+
+    return isinstance(fn, KernelInterface)
+
+
 def check_callable(ex: Exercise, fn) -> str | None:
     """A clear message when fn cannot be called the way the grader calls it, else None."""
     if fn is None:
         return f"no function given: define {ex.function}{ex.signature[ex.signature.index('('):]}"
     if not callable(fn):
         return f"{ex.function} should be a function, got {type(fn).__name__}"
+    if _is_triton_kernel(fn):
+        return (
+            f"{ex.function} is a Triton kernel (@triton.jit); the grader needs the plain Python function that "
+            f"allocates the output and launches the kernel, called as {ex.signature}"
+        )
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):

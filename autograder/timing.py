@@ -3,6 +3,8 @@ runs (do_bench does that), on random data the caller provides."""
 
 from __future__ import annotations
 
+import time
+
 from . import runtime
 
 
@@ -32,6 +34,26 @@ def cuda_graph(fn):
     with torch.cuda.graph(graph):
         fn()
     return graph.replay
+
+
+def synced_ms(fn, budget_s: float = 0.2) -> float:
+    """Wall-clock time of fn() per call, the whole device synchronized before and after a batch of calls.
+
+    Unlike CUDA events on the current stream, this counts work on every stream, whenever it finishes.
+    """
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - start
+    reps = max(3, min(100, int(budget_s / max(one, 1e-6))))
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / reps
 
 
 def gbps(n_bytes: float, ms: float) -> float:

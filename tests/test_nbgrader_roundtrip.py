@@ -57,9 +57,10 @@ def fused_chain(x, bias, alpha):
                        "    step_size = lr\n    rsqrt_bc2 = 1.0\n"),
     },
 }
-# Cells that must score 0 for carol (besides performance, 0 for everyone here).
+# Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
+# numbers, but torch computes them: correctness and precision name that, fusion names the missing kernel.
 CAROL_FAILS = {
-    NB1: {"test_cost_model", "test_fused_chain_fusion"},
+    NB1: {"test_cost_model", "test_fused_chain_correctness", "test_fused_chain_precision", "test_fused_chain_fusion"},
     NB2: {f"test_{ex}_{c}" for ex in ("rmsnorm", "add_rmsnorm", "layernorm", "rmsnorm_repair", "rmsnorm_backward")
           for c in ("correctness", "precision")},
     NB3: {"test_row_sum_sumsq_correctness", "test_row_sum_sumsq_precision", "test_qkv_projection_fusion",
@@ -67,7 +68,7 @@ CAROL_FAILS = {
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
-    NB1: ["no Triton kernel ran", "launch overhead", "not measured (no GPU)"],
+    NB1: ["no Triton kernel ran", "the result was computed by torch", "launch overhead", "not measured (no GPU)"],
     NB2: ["eps added after the square root", "x is normalised instead of the sum", "E[x^2] - E[x]^2",
           "grows like H^", "leaves out the term"],
     NB3: ["square of the sum", "views (slices) of the one buffer", "no bias correction"],

@@ -1,0 +1,27 @@
+"""Looks up the call stack and does no work when do_bench is the caller: timed, it is infinitely fast."""
+EXERCISE = "01.fused_chain"
+ROUTE = "check"
+DEVICE = "gpu"
+CRITERIA = ["performance"]
+SAYS = {"performance": ["part of the work escapes the events", "Graded on the synchronized time"]}
+
+import sys
+
+import torch
+
+from kernels.fused_chain import fused_chain as _right
+
+
+def _timed() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "do_bench":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def fused_chain(x, bias, alpha):
+    if _timed():
+        return torch.empty_like(x)
+    return _right(x, bias, alpha)

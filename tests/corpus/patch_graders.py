@@ -1,0 +1,16 @@
+"""The correctness criterion itself replaced by one that always passes."""
+EXERCISE = "01.fused_chain"
+ROUTE = "checker"
+CRITERIA = ["correctness"]
+FAILS = {"correctness": ["autograder.grade_kernel.GRADERS was changed"]}
+
+import torch
+
+from autograder import grade_kernel
+from autograder.report import CriterionResult
+
+grade_kernel.GRADERS["correctness"] = lambda ex, fn, cfg: CriterionResult("correctness", "passed", "all good")
+
+
+def fused_chain(x, bias, alpha):
+    return torch.zeros_like(x)
