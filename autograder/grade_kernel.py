@@ -285,7 +285,8 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> str | None:
     where = f"shape {shape}, float32"
     if problems:
         refs_a = _as_tuple(ex.reference(**first))
-        stale = out_b is not None and all(_compare(o, r, dtype, *ex.tolerance[dtype]) is None for o, r in zip(out_b, refs_a))
+        stale = out_b is not None and all(_compare(o, r, ex.out_dtype(dtype), *ex.tolerance[dtype]) is None
+                                          for o, r in zip(out_b, refs_a))
         if stale:
             return (f"{where}: called again on the same tensors holding new data, {ex.function} returned the "
                     "previous result: results are cached (keyed on the tensors' identity or address), not computed")
@@ -551,7 +552,8 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple)
     except Exception as exc:
         return _student_error(exc, ex.function)
     expected = _as_tuple(ex.reference(**inputs))
-    if now is None or any(_compare(o, e, ex.perf_dtype, *ex.tolerance[ex.perf_dtype]) for o, e in zip(now, expected)):
+    out_dtype, tol = ex.out_dtype(ex.perf_dtype), ex.tolerance[ex.perf_dtype]
+    if now is None or any(_compare(o, e, out_dtype, *tol) for o, e in zip(now, expected)):
         return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "
                 "results are cached (keyed on the tensors or part of their data), not computed")
     return None
