@@ -58,3 +58,15 @@ def bars_against_model(ax, measured: dict, model: dict, xlabel: str, title: str,
     ax.set_title(title + ("" if on_gpu else " — model only, no GPU here"))
     ax.legend(fontsize=8)
     return names
+
+
+def print_against_model(names, measured: dict, model: dict, n_bytes: float, copy_gbps: float) -> None:
+    """One line per version: its time and effective bandwidth (n_bytes, the op's minimal bytes), and the model."""
+    width = max(map(len, names), default=0) + 2
+    for n in names:
+        got = "not measured"
+        if n in measured:
+            gbps = n_bytes / (measured[n] * 1e6)
+            got = f"{measured[n]:.3f} ms, {gbps:5.0f} GB/s effective = {gbps / copy_gbps:.2f} of copy"
+        model_ms = f"model {model[n]:.3f} ms" if n in model else ""
+        print(f"{n:<{width}} {got:<48} {model_ms}")

@@ -34,7 +34,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.plots import bars_against_model, peaks
+from autograder.plots import bars_against_model, peaks, print_against_model
 from kernels import rmsnorm as ref_rms
 
 profile = autograder.device_profile()
@@ -105,10 +105,7 @@ if ON_GPU:
 fig, ax = plt.subplots(figsize=(8, 4))
 names = bars_against_model(ax, measured_ms, predicted_ms, "ms (32768 x 4096 bf16)", f"RMSNorm, {peak_label}", ON_GPU)
 plt.show()
-for n in names:
-    got = f"{measured_ms[n]:.3f} ms, {2 * x_bytes / (measured_ms[n] * 1e6):5.0f} GB/s effective" if n in measured_ms else "not measured"
-    model = f"model {predicted_ms[n]:.3f} ms" if n in predicted_ms else ""
-    print(f"{n:<18} {got:<40} {model}")
+print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rms3-discuss", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: the one-pass kernel should land close to its line, at the copy bandwidth. The two-pass

@@ -40,7 +40,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.plots import bars_against_model, launch_seconds, peaks
+from autograder.plots import bars_against_model, launch_seconds, peaks, print_against_model
 from kernels import multi_tensor_adamw as ref_adamw
 from kernels import qkv_projection as ref_qkv
 from kernels import row_sum_sumsq as ref_stats
@@ -98,10 +98,7 @@ fig, ax = plt.subplots(figsize=(8, 3.5))
 names = bars_against_model(ax, stats_ms, stats_model_ms, "ms (32768 x 4096 bf16)",
                            f"row sum and sum of squares, {peak_label}", ON_GPU)
 plt.show()
-for n in names:
-    got = f"{stats_ms[n]:.3f} ms = {x_bytes / (stats_ms[n] * 1e6) / bw_gbps:.2f} of copy for |x|" if n in stats_ms else "not measured"
-    model = f"model {stats_model_ms[n]:.3f} ms" if n in stats_model_ms else ""
-    print(f"{n:<22} {got:<36} {model}")
+print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stats-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: the fused kernel near its line (it only reads, so it can even edge past a copy, which
