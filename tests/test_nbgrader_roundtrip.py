@@ -63,15 +63,18 @@ CAROL_FAILS = {
     NB1: {"test_cost_model", "test_fused_chain_correctness", "test_fused_chain_precision", "test_fused_chain_fusion"},
     NB2: {f"test_{ex}_{c}" for ex in ("rmsnorm", "add_rmsnorm", "layernorm", "rmsnorm_repair", "rmsnorm_backward")
           for c in ("correctness", "precision")},
-    NB3: {"test_row_sum_sumsq_correctness", "test_row_sum_sumsq_precision", "test_qkv_projection_fusion",
-          "test_adamw_step_correctness", "test_adamw_step_precision"},
+    # q, k, v returned as copies: the outputs were last written by torch, not the kernel (correctness and
+    # precision say so), and they are not views of one buffer (fusion).
+    NB3: {"test_row_sum_sumsq_correctness", "test_row_sum_sumsq_precision", "test_qkv_projection_correctness",
+          "test_qkv_projection_precision", "test_qkv_projection_fusion", "test_adamw_step_correctness",
+          "test_adamw_step_precision"},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
     NB1: ["no Triton kernel ran", "the result was computed by torch", "launch overhead", "not measured (no GPU)"],
     NB2: ["eps added after the square root", "x is normalised instead of the sum", "E[x^2] - E[x]^2",
           "grows like H^", "leaves out the term"],
-    NB3: ["square of the sum", "views (slices) of the one buffer", "no bias correction"],
+    NB3: ["square of the sum", "views (slices) of the one buffer", "computed by torch", "no bias correction"],
 }
 POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23)}  # (total, without the performance cells)
 
