@@ -449,15 +449,20 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     )
 
 
+def not_measured(cfg: GradingConfig) -> CriterionResult:
+    """The performance result without a GPU: skipped, or failed when the grading configuration requires it."""
+    if cfg.require_performance:
+        return CriterionResult(
+            "performance", FAILED,
+            "not measured (no GPU), and this course's grading configuration requires a measurement: "
+            "grade on a machine with a CUDA GPU",
+        )
+    return CriterionResult("performance", SKIPPED, "not measured (no GPU): Triton's interpreter says nothing about speed")
+
+
 def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
-        if cfg.require_performance:
-            return CriterionResult(
-                "performance", FAILED,
-                "not measured (no GPU), and this course's grading configuration requires a measurement: "
-                "grade on a machine with a CUDA GPU",
-            )
-        return CriterionResult("performance", SKIPPED, "not measured (no GPU): Triton's interpreter says nothing about speed")
+        return not_measured(cfg)
     prof = device_mod.profile()
     inputs = _inputs(ex, ex.perf_shape, ex.perf_dtype, _seed(cfg.secret_seed, "performance"), device="cuda")
     args = tuple(inputs.values())

@@ -16,8 +16,8 @@ import torch
 from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
-from .grade_kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync
-from .report import FAILED, PASSED, SKIPPED, CriterionResult
+from .grade_kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync, not_measured
+from .report import FAILED, PASSED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch
 from .secret import EXTRA_SIZES
 from .specs import StepExercise
@@ -223,10 +223,7 @@ def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
 
 def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
-        if cfg.require_performance:
-            return CriterionResult("performance", FAILED, "not measured (no GPU), and this course's grading "
-                                   "configuration requires a measurement: grade on a machine with a CUDA GPU")
-        return CriterionResult("performance", SKIPPED, "not measured (no GPU): Triton's interpreter says nothing about speed")
+        return not_measured(cfg)
     prof = device_mod.profile()
     dtype = ex.dtypes[0]
     gen = torch.Generator().manual_seed(_seed(cfg.secret_seed, "performance"))
