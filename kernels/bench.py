@@ -146,18 +146,12 @@ def _rows_horizontal(prof, progress):
     sizes = mta.model_like_sizes(torch.Generator().manual_seed(0), total=100_000_000, n=200)
     progress(f"multi_tensor_adamw: {len(sizes)} tensors, {sum(sizes):,} fp32 parameters")
 
-    def model_state():
-        lists = [[torch.randn(n, device="cuda") * s for n in sizes] for s in (1.0, 1e-2, 1e-3, 1e-3)]
-        for v in lists[3]:
-            v.square_()  # exp_avg_sq >= 0
-        return lists
-
     hyper = (5, 1e-3, 0.9, 0.999, 1e-8, 0.01)
-    lists = model_state()
+    lists = mta.random_adamw_state(sizes)
     times = {"triton": bench_ms(lambda: mta.adamw_step(*lists, *hyper))}
     for label, impl in (("eager", dict(foreach=False)), ("torch foreach=True", dict(foreach=True)),
                         ("torch fused=True", dict(fused=True))):
-        step = mta.torch_adamw(*model_state(), *hyper, **impl)
+        step = mta.torch_adamw(*mta.random_adamw_state(sizes), *hyper, **impl)
         times[label] = bench_ms(step)
         del step
     progress("multi_tensor_adamw: torch.compile of the per-tensor loop (compiling takes about a minute)")

@@ -218,6 +218,15 @@ def model_like_sizes(gen: torch.Generator, total: int = 50_000_000, n: int = 200
     return tuple(mats + vecs)
 
 
+def random_adamw_state(sizes, device="cuda", generator: torch.Generator | None = None) -> list[list[torch.Tensor]]:
+    """[params, grads, exp_avgs, exp_avg_sqs] of the given sizes, random (never zeros), exp_avg_sqs >= 0."""
+    # Seeded: drawn on the CPU (reproducible anywhere); unseeded: drawn on the device (fast at model size).
+    where = "cpu" if generator is not None else device
+    lists = [[torch.randn(n, generator=generator, device=where) * s for n in sizes] for s in (1.0, 1e-2, 1e-3, 1e-3)]
+    lists[3] = [v.square() for v in lists[3]]
+    return [[t.to(device) for t in lst] for lst in lists]
+
+
 def adamw_bytes(params, grads=None, exp_avgs=None, exp_avg_sqs=None, *args) -> int:
     """Read p, g, m, v and write p, m, v once each."""
     return 7 * sum(p.numel() * p.element_size() for p in params)

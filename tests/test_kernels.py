@@ -109,10 +109,7 @@ def test_qkv_bytes_count_x_once_fused_and_three_times_not():
 
 
 def _adam_lists(sizes, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    lists = [[torch.randn(n, generator=gen) * s for n in sizes] for s in (1.0, 1e-2, 1e-3, 1e-3)]
-    lists[3] = [v.square() for v in lists[3]]
-    return [[t.to(DEVICE) for t in lst] for lst in lists]
+    return mta.random_adamw_state(sizes, DEVICE, torch.Generator().manual_seed(seed))
 
 
 ADAM_SIZES = (1, 7, 1024, 1025, 0, 5000)

@@ -429,24 +429,16 @@ model_per_tensor = [t * (launch_s + b / (bw_gbps * 1e9)) * 1e6 for t in TS]
 model_one_launch = [(launch_s + t * b / (bw_gbps * 1e9)) * 1e6 for t in TS]
 
 
-def adam_state(sizes, device="cuda"):
-    """params, grads, exp_avgs, exp_avg_sqs: random, of the given sizes."""
-    lists = [[torch.randn(n, device=device) * s for n in sizes] for s in (1.0, 1e-2, 1e-3, 1e-3)]
-    for v in lists[3]:
-        v.square_()
-    return lists
-
-
 launch_us = {k: [] for k in ("one launch per tensor", "one launch per tensor, CUDA graph", "one launch for all",
                              "one launch for all, CUDA graph", "torch AdamW(fused=True)")}
 if ON_GPU:
     for t in tqdm(TS, desc="timing T tensors"):
-        lists = adam_state([NUMEL] * t)
+        lists = ref_adamw.random_adamw_state([NUMEL] * t)
         launch_us["one launch per tensor"].append(1e3 * bench_ms(lambda: ref_adamw.adamw_step_per_tensor(*lists, *HYPER)))
         launch_us["one launch per tensor, CUDA graph"].append(1e3 * bench_ms(cuda_graph(lambda: ref_adamw.adamw_step_per_tensor(*lists, *HYPER))))
         launch_us["one launch for all"].append(1e3 * bench_ms(lambda: ref_adamw.adamw_step(*lists, *HYPER)))
         launch_us["one launch for all, CUDA graph"].append(1e3 * bench_ms(cuda_graph(lambda: ref_adamw.adamw_step(*lists, *HYPER))))
-        launch_us["torch AdamW(fused=True)"].append(1e3 * bench_ms(ref_adamw.torch_adamw(*adam_state([NUMEL] * t), *HYPER, fused=True)))
+        launch_us["torch AdamW(fused=True)"].append(1e3 * bench_ms(ref_adamw.torch_adamw(*ref_adamw.random_adamw_state([NUMEL] * t), *HYPER, fused=True)))
     del lists
 
 fig, ax = plt.subplots(figsize=(8, 5))
@@ -675,8 +667,8 @@ if ON_GPU:
     versions = {"torch foreach=False": dict(foreach=False), "torch foreach=True": dict(foreach=True),
                 "torch fused=True": dict(fused=True)}
     for name, impl in tqdm(versions.items(), desc="timing torch.optim.AdamW"):
-        adam_ms[name] = bench_ms(ref_adamw.torch_adamw(*adam_state(sizes), *HYPER, **impl))
-    lists = adam_state(sizes)
+        adam_ms[name] = bench_ms(ref_adamw.torch_adamw(*ref_adamw.random_adamw_state(sizes), *HYPER, **impl))
+    lists = ref_adamw.random_adamw_state(sizes)
     adam_ms["your adamw_step"] = bench_ms(lambda: adamw_step(*lists, *HYPER))
     del lists
 
