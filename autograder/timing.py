@@ -17,6 +17,21 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def bench_interleaved(fns: dict, rounds: int = 5, rep: int = 50) -> dict:
+    """{name: median ms} for several versions timed in turns (A B C, A B C, ...), the median over rounds.
+
+    A GPU that runs long matrix products heats up and lowers its clocks: versions timed one after another
+    would each meet a different clock. Taking turns gives every version the same mix of states.
+    """
+    import statistics
+
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(bench_ms(fn, rep=rep))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def cuda_graph(fn):
     """fn() recorded once in a CUDA graph (after a warm-up call on a side stream); returns the replay.
 
