@@ -410,6 +410,11 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
             ideal = max(_rel_err(r.to(ex.out_dtype(dtype)), r) for r in refs)
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
+            floor_note = ""
+            if ex.precision_floor_from_inputs is not None:
+                floor, why = ex.precision_floor_from_inputs(inputs, dtype)
+                if floor > bound:
+                    bound, floor_note = floor, f"; the bound is what {why} may cost"
             errs.append(err)
             excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
             ratios.append(err / bound if bound > 0 else math.inf)
@@ -426,7 +431,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 hint = hint or (_diagnose(ex, outs, inputs) if ex.diagnoses else None)
                 failures.append(
                     f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
-                    f"(rounding the exact result to {name} alone costs {ideal:.3g})"
+                    f"(rounding the exact result to {name} alone costs {ideal:.3g}{floor_note})"
                 )
         if len(shapes) > 1:
             lengths = [s.dims[-1] for s in shapes]

@@ -12,6 +12,8 @@ EXTRA_SHAPES = {
     "02.rmsnorm_backward": (Shape((3, 12289)), Shape((70, 513))),
     "03.row_sum_sumsq": (Shape((2, 40961)), Shape((129, 3), "transposed"), Shape((7, 5001), "padded")),
     "03.qkv_projection": (Shape((33, 80, 24, 300)), Shape((3, 128, 64, 4097))),
+    "04.gemm_gelu_residual": (Shape((65, 129, 1000)), Shape((2, 3000, 70), "linear"), Shape((257, 31, 33), "padded")),
+    "04.swiglu": (Shape((65, 129, 1000)), Shape((3, 1000, 40), "linear"), Shape((129, 17, 65), "padded")),
 }
 
 # Step exercises: extra lists of tensor sizes.

@@ -81,6 +81,9 @@ class KernelExercise(Exercise):
     # result to the output dtype costs, or `precision_floor`, whichever is larger.
     precision_factor: float = 1.5
     precision_floor: dict = dataclasses.field(default_factory=dict)
+    # A floor computed from the inputs, such as what float32 accumulation over a GEMM's K may cost:
+    # (inputs, dtype) -> (floor, what it is, in words for the message).
+    precision_floor_from_inputs: Callable[[dict, torch.dtype], tuple[float, str]] | None = None
     special_values: bool = True  # also grade inputs holding NaN and +-Inf
     default_min_fraction: float = 0.5
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise

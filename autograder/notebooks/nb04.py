@@ -1,0 +1,192 @@
+"""Notebook 04, GEMM epilogue fusion: bias + GELU + residual applied to the accumulator, and a fused SwiGLU."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from kernels import gemm_epilogue as ge
+from kernels import swiglu as sw
+
+from ..sandbox import to_device_keeping_layout
+from ..specs import KernelExercise, Shape
+
+NOTEBOOK = "04_gemm_epilogue_fusion"
+
+
+def _weight(k: int, n: int, layout: str, gen) -> torch.Tensor:
+    """A (K, N) weight scaled so that x @ w has unit variance; layout "linear": the transpose of a row-major
+    (N, K) matrix, as nn.Linear stores it and a model passes it (weight.t())."""
+    if layout == "linear":
+        return (torch.randn(n, k, generator=gen) / math.sqrt(k)).t()
+    return torch.randn(k, n, generator=gen) / math.sqrt(k)
+
+
+def _activations(m: int, k: int, layout: str, gen) -> torch.Tensor:
+    """x (M, K); layout "padded": rows further apart than K (a slice of a wider buffer)."""
+    width = k + 40 if layout == "padded" else k
+    return torch.randn(m, width, generator=gen)[:, :k]
+
+
+def _on(device, dtype, **tensors) -> dict:
+    """The tensors in dtype on device, each with its strides (.to() would make a padded view contiguous)."""
+    def cast(t):
+        out = torch.empty_strided(t.shape, t.stride(), dtype=dtype)
+        return out.copy_(t)
+
+    return {name: to_device_keeping_layout(cast(t), device) for name, t in tensors.items()}
+
+
+def _float32_accumulation(inputs: dict, dtype) -> tuple[float, str]:
+    """Summing K products in float32 lets rounding errors random-walk: about eps * sqrt(K) of the result."""
+    k = inputs["x"].shape[1]
+    return 4 * 2.0**-24 * math.sqrt(k), f"float32 accumulation over K = {k} (4 eps sqrt(K))"
+
+
+def _tf32(t: torch.Tensor) -> torch.Tensor:
+    """t with the 13 low mantissa bits dropped: the TF32 operands tl.dot uses by default for float32."""
+    return (t.float().contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
+
+
+# --- 1. GEMM + bias + GELU + residual ----------------------------------------------------------------------
+
+def _epilogue_inputs(shape: Shape, dtype, device, gen):
+    """dims (M, N, K), K last: the precision check fits the error's growth along it."""
+    m, n, k = shape.dims
+    x = _activations(m, k, shape.layout, gen)
+    w = _weight(k, n, shape.layout, gen)
+    b = 0.5 * torch.randn(n, generator=gen)
+    r = torch.randn(m, n, generator=gen)
+    return _on(device, dtype, x=x, w=w, b=b, r=r)
+
+
+def _gelu_erf(x, w, b, r):
+    return F.gelu(x.double() @ w.double() + b.double()) + r.double()
+
+
+def _residual_inside(x, w, b, r):
+    return F.gelu(x.double() @ w.double() + b.double() + r.double(), approximate="tanh")
+
+
+def _bias_after(x, w, b, r):
+    return F.gelu(x.double() @ w.double(), approximate="tanh") + b.double() + r.double()
+
+
+def _no_bias(x, w, b, r):
+    return F.gelu(x.double() @ w.double(), approximate="tanh") + r.double()
+
+
+def _no_residual(x, w, b, r):
+    return F.gelu(x.double() @ w.double() + b.double(), approximate="tanh")
+
+
+def _epilogue_in_tf32(x, w, b, r):
+    if x.dtype != torch.float32:
+        return ge.gemm_gelu_residual_reference(x, w, b, r)
+    return F.gelu(_tf32(x) @ _tf32(w) + b.double(), approximate="tanh") + r.double()
+
+
+_TF32_NOTE = "float32 inputs were multiplied in TF32: pass input_precision=\"ieee\" to tl.dot"
+
+GEMM_GELU_RESIDUAL = KernelExercise(
+    id="04.gemm_gelu_residual",
+    notebook=NOTEBOOK,
+    function="gemm_gelu_residual",
+    signature="gemm_gelu_residual(x, w, b, r) -> out",
+    summary="out = gelu_tanh(x @ w + b) + r in one GEMM kernel: the epilogue runs on the float32 accumulator.",
+    criteria=("correctness", "precision", "performance", "fusion"),
+    make_inputs=_epilogue_inputs,
+    reference=ge.gemm_gelu_residual_reference,
+    eager=ge.gemm_gelu_residual_eager,
+    bytes=ge.gemm_gelu_residual_bytes,
+    flops=ge.gemm_gelu_residual_flops,
+    shapes=(Shape((1, 1, 1)), Shape((1, 5, 7)), Shape((37, 70, 100)), Shape((130, 96, 257)), Shape((64, 128, 512)),
+            Shape((300, 264, 64)), Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
+    precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
+    # GPT-2-medium's MLP up-projection (1024 -> 4096, GELU-tanh) over 16384 tokens. With K = 1024 the unfused
+    # epilogue's four extra passes over y cost about half the product's time, so fusing shows; at 8192^3 the
+    # product hides them (notebook 04, section 3 measures the whole range).
+    perf_shape=Shape((16384, 4096, 1024)),
+    tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
+    # One rounding of the exact result; PyTorch's three (y, gelu(y), the sum) cost 1.3 to 1.5 times that.
+    precision_factor=1.12,
+    precision_floor_from_inputs=_float32_accumulation,
+    precision_note=(
+        "Keep one float32 accumulator for the whole K loop, apply bias, GELU and residual to it in float32, "
+        "and round once, at the store. For float32 inputs pass input_precision=\"ieee\" to tl.dot."
+    ),
+    special_values=False,
+    diagnoses=(
+        ("GELU's erf form: this exercise uses the tanh approximation, "
+         "0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))", _gelu_erf),
+        ("the residual went inside the GELU: out = gelu(x @ w + b) + r", _residual_inside),
+        ("the bias was added after the GELU: it belongs inside, gelu(x @ w + b)", _bias_after),
+        ("the bias b is missing", _no_bias),
+        ("the residual r is missing", _no_residual),
+        (_TF32_NOTE, _epilogue_in_tf32),
+    ),
+)
+
+
+# --- 2. Fused SwiGLU ---------------------------------------------------------------------------------------
+
+def _swiglu_inputs(shape: Shape, dtype, device, gen):
+    m, n, k = shape.dims
+    x = _activations(m, k, shape.layout, gen)
+    return _on(device, dtype, x=x, w_gate=_weight(k, n, shape.layout, gen), w_up=_weight(k, n, shape.layout, gen))
+
+
+def _gate_up_swapped(x, w_gate, w_up):
+    return sw.swiglu_reference(x, w_up, w_gate)
+
+
+def _sigmoid_not_silu(x, w_gate, w_up):
+    return torch.sigmoid(x.double() @ w_gate.double()) * (x.double() @ w_up.double())
+
+
+def _silu_of_both(x, w_gate, w_up):
+    return F.silu(x.double() @ w_gate.double()) * F.silu(x.double() @ w_up.double())
+
+
+def _swiglu_in_tf32(x, w_gate, w_up):
+    if x.dtype != torch.float32:
+        return sw.swiglu_reference(x, w_gate, w_up)
+    return F.silu(_tf32(x) @ _tf32(w_gate)) * (_tf32(x) @ _tf32(w_up))
+
+
+SWIGLU = KernelExercise(
+    id="04.swiglu",
+    notebook=NOTEBOOK,
+    function="swiglu",
+    signature="swiglu(x, w_gate, w_up) -> h",
+    summary="h = silu(x @ w_gate) * (x @ w_up) in one kernel: two accumulators fed by one x tile, only h written.",
+    criteria=("correctness", "precision", "performance", "fusion"),
+    make_inputs=_swiglu_inputs,
+    reference=sw.swiglu_reference,
+    eager=sw.swiglu_eager,
+    bytes=sw.swiglu_bytes,
+    flops=sw.swiglu_flops,
+    shapes=(Shape((1, 1, 1)), Shape((1, 5, 7)), Shape((37, 70, 100)), Shape((130, 96, 257)), Shape((300, 136, 64)),
+            Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
+    precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
+    # Gate and up projections of a d_model = 1024 model (1024 -> 4096 each) over 16384 tokens.
+    perf_shape=Shape((16384, 4096, 1024)),
+    tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
+    precision_factor=1.12,  # PyTorch rounds g, u, silu(g) and the product: about twice the one rounding
+    precision_floor_from_inputs=_float32_accumulation,
+    precision_note=(
+        "Keep both accumulators in float32 for the whole K loop, compute silu(gate) * up in float32 and round "
+        "once, at the store. For float32 inputs pass input_precision=\"ieee\" to tl.dot."
+    ),
+    special_values=False,
+    diagnoses=(
+        ("gate and up are swapped: silu goes on x @ w_gate", _gate_up_swapped),
+        ("sigmoid(gate) * up: SiLU is gate * sigmoid(gate)", _sigmoid_not_silu),
+        ("SiLU was applied to both products: h = silu(x @ w_gate) * (x @ w_up)", _silu_of_both),
+        (_TF32_NOTE, _swiglu_in_tf32),
+    ),
+)
+
+EXERCISES = (GEMM_GELU_RESIDUAL, SWIGLU)
