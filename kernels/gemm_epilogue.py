@@ -111,11 +111,12 @@ def _epilogue_tile(acc, b_ptr, stride_b, r_desc, out_desc, off_m, off_n, N, BLOC
 def _gemm_gelu_residual_tma_kernel(x_desc, w_desc, r_desc, out_desc, b_ptr, stride_b, M, N, K,
                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                    GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, W_TRANSPOSED: tl.constexpr,
-                                   SUBTILES: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    # One program per multiprocessor, each walking tiles PROGRAMS apart: no launch or ramp-up per tile, and
-    # (warp-specialized) the loads of the next tile overlap this tile's epilogue.
+                                   SUBTILES: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    # One program per multiprocessor, each walking tiles PROGRAMS apart: no launch or ramp-up per tile. With
+    # FLATTEN the compiler pipelines the two loops as one, so the next tile's first loads are in flight
+    # while this tile's epilogue runs.
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), n_tiles, PROGRAMS, warp_specialize=WARP_SPECIALIZE):
+    for tile in tl.range(tl.program_id(0), n_tiles, PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -136,13 +137,17 @@ def _gemm_gelu_residual_tma_kernel(x_desc, w_desc, r_desc, out_desc, b_ptr, stri
             _epilogue_tile(acc, b_ptr, stride_b, r_desc, out_desc, off_m, off_n, N, BLOCK_N)
 
 
-# Tried in order: a setting this Triton cannot compile (warp specialization differs across versions) is
-# skipped from then on. Chosen by timing 8192^3 bf16 on an H200 (python -m kernels.bench --sweep).
+# Tried in order: a setting this Triton cannot compile is skipped from then on. Chosen by timing 8192^3 bf16
+# on an H200 (python -m kernels.bench_gemm --sweep): FLATTEN overlaps each epilogue with the next tile's
+# loads (about 3%); SUBTILES=2 halves the shared memory of the r and out tiles, which makes room for the
+# flattened pipeline's buffers. Warp specialization measured no faster here.
 TMA_SETTINGS = (
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SUBTILES=1, WARP_SPECIALIZE=False, num_warps=8,
-         num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SUBTILES=2, WARP_SPECIALIZE=False, num_warps=8,
-         num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=16, SUBTILES=2, FLATTEN=True, WARP_SPECIALIZE=False,
+         num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=16, SUBTILES=2, FLATTEN=False, WARP_SPECIALIZE=False,
+         num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SUBTILES=1, FLATTEN=False, WARP_SPECIALIZE=False,
+         num_warps=8, num_stages=3),
 )
 
 

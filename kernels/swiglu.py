@@ -57,8 +57,8 @@ def _swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_xk, 
 def swiglu_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dict:
     """Two accumulators per program: the tiles of a single GEMM, half as wide. Timed on an H200."""
     wide = element_size > 2  # float32: twice the shared memory per stage
-    if M <= 32:
-        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
+    if M <= 32:  # decode: both weights stream through many narrow tiles
+        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=3)
     if M <= 256:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=4, num_stages=4)
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3 if wide else 5)
@@ -80,9 +80,9 @@ def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.T
 @triton.jit
 def _swiglu_tma_kernel(x_desc, g_desc, u_desc, h_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
-                       W_TRANSPOSED: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+                       W_TRANSPOSED: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), n_tiles, PROGRAMS, warp_specialize=WARP_SPECIALIZE):
+    for tile in tl.range(tl.program_id(0), n_tiles, PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -100,10 +100,13 @@ def _swiglu_tma_kernel(x_desc, g_desc, u_desc, h_desc, M, N, K, BLOCK_M: tl.cons
         h_desc.store([off_m, off_n], h.to(h_desc.dtype))
 
 
-# Chosen by timing x 8192 x 4096 against 4096 x 11008 weights in bf16 on an H200 (python -m kernels.bench --sweep).
+# Chosen by timing x 8192 x 4096 against 4096 x 11008 weights in bf16 on an H200 (python -m kernels.bench_gemm
+# --sweep); the warp-specialized setting first, the plain one where this Triton cannot compile it.
 SWIGLU_TMA_SETTINGS = (
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, WARP_SPECIALIZE=True, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, WARP_SPECIALIZE=False, num_warps=8, num_stages=4),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, FLATTEN=False, WARP_SPECIALIZE=True, num_warps=8,
+         num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, FLATTEN=False, WARP_SPECIALIZE=False, num_warps=8,
+         num_stages=4),
 )
 
 

@@ -184,7 +184,9 @@ def test_tma_path_applies_on_hopper_only_where_it_can():
     assert tma_path_applies(x, w) == hopper_or_newer(x.device)
     assert not tma_path_applies(x[:16], w)  # decode: the pointer kernel
     assert not tma_path_applies(x.float(), w.float())  # fp32: tl.dot in ieee, no wgmma path here
-    assert not tma_path_applies(x[:, :1001], w[:1001])  # rows not 16-byte aligned
+    assert tma_path_applies(x[:, :1001], w[:1001])  # a ragged K is fine: rows still start 16-byte aligned
+    odd = torch.randn(4096, 1001, device="cuda", dtype=torch.bfloat16)  # rows 2002 bytes apart
+    assert not tma_path_applies(odd, w[:1001])
 
 
 @pytest.mark.gpu
