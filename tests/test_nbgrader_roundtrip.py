@@ -17,8 +17,8 @@ import pytest
 from autograder import build
 
 pytestmark = pytest.mark.slow
-NB1, NB2, NB3 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion"
-NOTEBOOKS = [NB1, NB2, NB3]
+NB1, NB2, NB3, NB4 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"
+NOTEBOOKS = [NB1, NB2, NB3, NB4]
 
 # carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
 CAROL = {
@@ -56,6 +56,11 @@ def fused_chain(x, bias, alpha):
         "adamw_step": ("    step_size = lr / (1.0 - beta1**step)\n    rsqrt_bc2 = 1.0 / math.sqrt(1.0 - beta2**step)\n",
                        "    step_size = lr\n    rsqrt_bc2 = 1.0\n"),
     },
+    NB4: {
+        "gemm_gelu_residual": ("    y = gelu_tanh(acc + bias[None, :]) + res.to(tl.float32)\n",
+                               "    y = gelu_tanh(acc + bias[None, :] + res.to(tl.float32))\n"),
+        "swiglu": ("    h = tl.fdiv(gate, 1.0 + tl.exp(-gate)) * up", "    h = tl.fdiv(1.0, 1.0 + tl.exp(-gate)) * up"),
+    },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
 # numbers, but torch computes them: correctness and precision name that, fusion names the missing kernel.
@@ -68,6 +73,7 @@ CAROL_FAILS = {
     NB3: {"test_row_sum_sumsq_correctness", "test_row_sum_sumsq_precision", "test_qkv_projection_correctness",
           "test_qkv_projection_precision", "test_qkv_projection_fusion", "test_adamw_step_correctness",
           "test_adamw_step_precision"},
+    NB4: {f"test_{ex}_{c}" for ex in ("gemm_gelu_residual", "swiglu") for c in ("correctness", "precision")},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
@@ -75,8 +81,9 @@ CAROL_FEEDBACK = {
     NB2: ["eps added after the square root", "x is normalised instead of the sum", "E[x^2] - E[x]^2",
           "grows like H^", "leaves out the term"],
     NB3: ["square of the sum", "views (slices) of the one buffer", "computed by torch", "no bias correction"],
+    NB4: ["the residual went inside the GELU", "SiLU is gate * sigmoid(gate)"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):
