@@ -45,3 +45,13 @@ def test_notebook_03_goals_are_met(path, kernel):
     row = next(x for x in r["rows"] if x["kernel"] == kernel)
     assert goal["met"] and row["fraction_of_copy"] >= goal["min_fraction_of_copy"]
     assert row["ms"]["triton"] <= row["ms"][goal["no_slower_than"]]
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("kernel", list(bench.bench_gemm.GOALS))
+def test_notebook_04_goals_are_met(path, kernel):
+    r = json.loads(path.read_text())
+    row = next(x for x in r["epilogue_rows"] if x["kernel"] == kernel)
+    for baseline, slack in bench.bench_gemm.GOALS[kernel].items():
+        assert row["ms"]["triton"] <= slack * row["ms"][baseline], f"{kernel}: slower than {slack}x {baseline}"
+    assert r["goals"][kernel]["met"]
