@@ -439,9 +439,9 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             figures[f"growth_exponent_{name}"] = p
             if any(r > 1 for r in ratios) and p > 0.25:
                 failures.append(
-                    f"{name}: the error grows like H^{p:.2f} with the reduced length (from {errs[0]:.2g} at "
-                    f"H={lengths[0]} to {errs[-1]:.2g} at H={lengths[-1]}): the signature of accumulating in low "
-                    "precision. Accumulate the statistics in float32."
+                    f"{name}: the error grows like {ex.reduced_dim}^{p:.2f} with the reduced length (from "
+                    f"{errs[0]:.2g} at {ex.reduced_dim}={lengths[0]} to {errs[-1]:.2g} at {ex.reduced_dim}={lengths[-1]}): "
+                    "the signature of accumulating in low precision. Keep the running sums in float32."
                 )
     if failures:
         # A recognised wrong formula explains the error better than the generic advice on accumulators.

@@ -72,6 +72,7 @@ class KernelExercise(Exercise):
     # Several shapes along the reduced dimension, smallest first: the precision check then also fits how
     # the error grows with that length, and names low-precision accumulation when it grows.
     precision_shapes: tuple[Shape, ...] = ()
+    reduced_dim: str = "H"  # what the feedback calls that length (K for a GEMM)
     perf_shape: Shape = None
     perf_dtype: torch.dtype = torch.bfloat16
     max_launches: int = 1

@@ -214,7 +214,7 @@ def test_low_precision_accumulator_fails_precision_naming_the_growth():
     # is the criterion that must catch it.
     r = check(EPILOGUE, _epilogue_with(low_precision_acc=True), criteria=["precision"])["precision"]
     assert r.status == "failed", r.message
-    assert "float16" in r.message and "grows like" in r.message, r.message
+    assert "float16" in r.message and "grows like K^" in r.message, r.message
     assert "float32, shape" not in r.message, r.message
     assert "Keep one float32 accumulator" in r.message, r.message
 

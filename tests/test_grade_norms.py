@@ -523,7 +523,7 @@ def test_low_precision_accumulator_fails_precision_naming_the_growth(exercise):
     assert r.status == "failed"
     assert "float16: the error grows like H^" in r.message
     assert "low precision" in r.message
-    assert "Accumulate the statistics in float32" in r.message
+    assert "Keep the running sums in float32" in r.message
     assert r.figures["growth_exponent_float16"] > 0.25
     assert r.figures["rel_err_float16@16384"] > r.figures["bound_float16@16384"]
     # fp32 x gives an fp32 accumulator: that dtype is fine

@@ -205,3 +205,14 @@ def test_matmul_tile_resources_are_read_from_the_compiled_kernel():
     big = mm.tile_resources(x, x, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
     assert 0 < small["registers"] <= 255 and small["threads"] == 128 and big["threads"] == 256
     assert big["shared_bytes"] > small["shared_bytes"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16, 100, 300])
+def test_every_regime_compiles_for_float32_on_gpu(m):
+    """float32 tiles take twice the shared memory: each regime's settings must still fit the GPU."""
+    args = _epilogue_args(m, 1024, 512, torch.float32)
+    _assert_epilogue_close(ge.gemm_gelu_residual(*args), args, torch.float32)
+    x, wg, wu = _swiglu_args(m, 1024, 512, torch.float32)
+    ref = sw.swiglu_reference(x, wg, wu)
+    assert _rel(sw.swiglu(x, wg, wu), ref) <= 3 * _rel(ref.float(), ref) + TOL[torch.float32]

@@ -329,6 +329,8 @@ for name, style in (("fused Triton (portable)", "o-"), ("fused Triton (TMA, Hopp
         bx.semilogx(KS_EPI, [a / b for a, b in zip(epi_k_us["cuBLAS + eager epilogue"], epi_k_us[name])], style,
                     label=name)
 bx.axhline(1.0, color="gray", lw=1)
+bx.set_xticks(KS_EPI, [str(k) for k in KS_EPI])
+bx.minorticks_off()
 bx.set_xlabel("K (M = N = 8192)")
 bx.set_ylabel("speed-up over cuBLAS + eager epilogue")
 bx.set_title(peak_label + ("" if ON_GPU else " — model only, no GPU here"))
@@ -633,7 +635,7 @@ def swiglu_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dic
     """Two accumulators per program: the tiles of a single GEMM, half as wide. Timed on an H200."""
     wide = element_size > 2  # float32: twice the shared memory per stage
     if M <= 32:  # decode: both weights stream through many narrow tiles
-        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=3)
+        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=64 if wide else 128, GROUP_M=1, num_warps=4, num_stages=3)
     if M <= 256:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=4, num_stages=4)
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3 if wide else 5)
