@@ -1,0 +1,152 @@
+"""FlashAttention forward: O = softmax(Q Kᵀ / sqrt(D)) V without ever writing S = Q Kᵀ or P = softmax(S).
+
+q (B, H, N, D), k and v (B, H, N_kv, D); o like q, and lse (B, H, N) float32, each row's log-sum-exp (what a
+backward pass needs to rebuild P). A program owns BLOCK_M query rows of one head. It loops over K/V in
+tiles of BLOCK_N keys: S_tile = Q K_tileᵀ (tensor cores), an online-softmax update of the row max m and
+row sum l (rescaling what was accumulated by exp(m_old - m_new)), and acc += P_tile V_tile, all in
+registers. Memory: O(N) (o and lse) instead of the O(N²) S and P of the textbook version. Bytes: q, k, v
+read and o written once per program row-block of K/V passes: at least e (|q| + |k| + |v| + |o|), with K and V
+re-read once per query block (from L2, mostly). Flops: 4 B H N N_kv D (half that with a causal mask).
+Causal: query i sees keys j <= i; tiles entirely above the diagonal are skipped, not masked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stride_kn, stride_vn, qk_scale,
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    # Keys lo .. hi, BLOCK_N at a time. MASKED: the tiles that straddle the diagonal or the end of K/V.
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + offs_n
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[None, :] < n_kv, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # base-2 logits: exp2 is one instruction
+        if MASKED:
+            keep = cols[None, :] < n_kv
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            s = tl.where(keep, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old max
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_kv, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
+                            stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                            stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on,
+                            qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    block_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < N, other=0.0)
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # Key tiles wholly visible to every row of this block need no mask; then the tiles that straddle the
+    # diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
+    if CAUSAL:
+        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
+    else:
+        full = N_KV // BLOCK_N * BLOCK_N
+        end = N_KV
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, 0, full, N_KV, stride_kn, stride_vn,
+                            qk_scale, BLOCK_N, False, CAUSAL, PRECISION)
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, full, end, N_KV, stride_kn,
+                            stride_vn, qk_scale, BLOCK_N, True, CAUSAL, PRECISION)
+    o = acc / l_i[:, None]
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
+    tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < N)
+    lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634  # back to natural log
+    tl.store(lse_ptr + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+
+
+def attention_launch_settings(n: int, head_dim: int, dtype: torch.dtype) -> dict:
+    """Query and key tiles by head size, chosen by timing on an H200; float32 tiles take twice the room."""
+    if dtype == torch.float32 or n <= 64:
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if head_dim <= 64:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False):
+    """(o, lse): attention over the last two dimensions of q (B, H, N, D) and k, v (B, H, N_kv, D)."""
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"want q (B, H, N, D) and k, v (B, H, N_kv, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise ValueError(f"q, k and v must share a floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    B, H, N, D = q.shape
+    n_kv = k.shape[2]
+    if D not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head_dim {D} is not supported: use 16, 32, 64, 128 or 256")
+    if causal and n_kv != N:
+        raise ValueError(f"causal attention here needs as many keys as queries, got N={N}, N_kv={n_kv}")
+    o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    if N == 0 or B * H == 0:
+        return o, lse
+    cfg = attention_launch_settings(N, D, q.dtype)
+    grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
+    _flash_attention_kernel[grid](
+        q, k, v, o, lse, H, N, n_kv, *q.stride(), *k.stride(), *v.stride(), *o.stride()[:3],
+        LOG2E / math.sqrt(D), HEAD_DIM=D, CAUSAL=causal, PRECISION="ieee" if q.dtype == torch.float32 else None,
+        **cfg)
+    return o, lse
+
+
+def attention_naive(q, k, v, causal: bool = False):
+    """The textbook version: S and P are (B, H, N, N_kv) tensors in memory."""
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    lse = torch.logsumexp(s.float(), dim=-1)
+    return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v, lse
+
+
+def attention_reference(q, k, v, causal: bool = False):
+    o, lse = attention_naive(q.double(), k.double(), v.double(), causal)
+    return o, lse.double()
+
+
+def attention_flops(q, k, v=None, causal: bool = False) -> int:
+    """Two GEMMs of 2 N N_kv D flops per head; a causal mask halves the work that counts."""
+    B, H, N, D = q.shape
+    return 4 * B * H * N * k.shape[2] * D // (2 if causal else 1)
+
+
+def attention_bytes(q, k, v, causal: bool = False) -> int:
+    return q.element_size() * (2 * q.numel() + k.numel() + v.numel()) + 4 * q.shape[0] * q.shape[1] * q.shape[2]

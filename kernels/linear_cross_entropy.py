@@ -1,0 +1,118 @@
+"""Fused linear + cross-entropy forward: loss_i = logsumexp_v(h_i · w_v) - h_i · w_{t_i}, without the logits.
+
+h (M, K) hidden states, w (V, K) the vocabulary matrix (an lm_head's weight), targets (M,) in [0, V); loss (M,)
+float32. The logits h wᵀ are M x V: 8192 tokens x 128256 words is 4 GiB in float32, more than the model's
+activations, and PyTorch writes them, reads them for the softmax statistics, and again for the backward.
+Fused: each program computes one BLOCK_M x BLOCK_V tile of logits with the GEMM of notebook 04 and, in its
+epilogue, reduces it to per-row (max, sum of exp) over its BLOCK_V words and picks out the target's logit
+when it falls in the tile; a second, small kernel combines the V / BLOCK_V partials of each row with the
+online-softmax rule. Extra memory: 2 M V / BLOCK_V floats of partials instead of M V logits.
+Flops 2 M V K, as for the logits alone; bytes e (M K + V K) + a few per row.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from kernels.matmul import dot_precision, grouped_tile, tile_dot
+
+
+@triton.jit
+def _logit_tile_stats_kernel(h_ptr, w_ptr, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, M, V, K, stride_hm, stride_hk,
+                             stride_wv, stride_wk, n_vtiles, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    pid_m, pid_v = grouped_tile(tl.program_id(0), M, V, BLOCK_M, BLOCK_V, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    # w is (V, K): read it as the (K, V) matrix wᵀ by swapping its strides; no transpose is materialised.
+    logits = tile_dot(h_ptr, w_ptr, rm, rv, M, V, K, stride_hm, stride_hk, stride_wk, stride_wv,
+                      BLOCK_M, BLOCK_V, BLOCK_K, PRECISION)
+    # Epilogue: this tile's share of each row's softmax statistics, in float32.
+    logits = tl.where(rv[None, :] < V, logits, -float("inf"))
+    tile_max = tl.max(logits, axis=1)
+    tile_sum = tl.sum(tl.exp(logits - tile_max[:, None]), axis=1)
+    rows = rm < M
+    part = rm.to(tl.int64) * n_vtiles + pid_v
+    tl.store(part_m_ptr + part, tile_max, mask=rows)
+    tl.store(part_s_ptr + part, tile_sum, mask=rows)
+    target = tl.load(t_ptr + rm, mask=rows, other=-1)
+    here = (target >= pid_v * BLOCK_V) & (target < pid_v * BLOCK_V + BLOCK_V) & rows
+    picked = tl.sum(tl.where(rv[None, :] == target[:, None], logits, 0.0), axis=1)
+    tl.store(tgt_ptr + rm, picked, mask=here)  # exactly one tile holds each row's target
+
+
+@triton.jit
+def _combine_kernel(part_m_ptr, part_s_ptr, tgt_ptr, loss_ptr, M, n_vtiles, BLOCK_T: tl.constexpr):
+    # One row: fold its tiles' (max, sum) pairs into the log-sum-exp, online, BLOCK_T tiles at a time.
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_T)
+    m = tl.full([BLOCK_T], -float("inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_T], dtype=tl.float32)
+    for start in range(0, n_vtiles, BLOCK_T):
+        valid = start + offs < n_vtiles
+        pm = tl.load(part_m_ptr + row * n_vtiles + start + offs, mask=valid, other=-float("inf"))
+        ps = tl.load(part_s_ptr + row * n_vtiles + start + offs, mask=valid, other=0.0)
+        m_new = tl.maximum(m, pm)
+        ref = tl.where(m_new == -float("inf"), 0.0, m_new)  # no tile seen yet in this lane: avoid -inf - -inf
+        s = s * tl.exp(m - ref) + ps * tl.exp(pm - ref)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    total = tl.sum(s * tl.exp(m - row_max), axis=0)
+    tl.store(loss_ptr + row, row_max + tl.log(total) - tl.load(tgt_ptr + row))
+
+
+def ce_launch_settings(M: int, V: int, K: int, element_size: int = 2) -> dict:
+    """The prefill tile of notebook 04's GEMM, narrower in V for float32 (twice the shared memory)."""
+    if element_size > 2:
+        return dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
+    if M <= 256:
+        return dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4)
+    return dict(BLOCK_M=128, BLOCK_V=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4)
+
+
+def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-row cross-entropy of the logits h @ w.T against targets, never holding the logits: loss (M,) float32."""
+    if h.dim() != 2 or w.dim() != 2 or h.shape[1] != w.shape[1]:
+        raise ValueError(f"want h (M, K) and w (V, K), got {tuple(h.shape)} and {tuple(w.shape)}")
+    if h.dtype != w.dtype or not h.is_floating_point():
+        raise ValueError(f"h and w must share a floating dtype, got {h.dtype} and {w.dtype}")
+    if targets.shape != (h.shape[0],) or targets.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"want integer targets of shape ({h.shape[0]},), got {targets.dtype} {tuple(targets.shape)}")
+    M, K = h.shape
+    V = w.shape[0]
+    if M and (int(targets.min()) < 0 or int(targets.max()) >= V):
+        raise ValueError(f"targets must lie in [0, {V}), got values from {int(targets.min())} to {int(targets.max())}")
+    loss = torch.empty(M, dtype=torch.float32, device=h.device)
+    if M == 0:
+        return loss
+    cfg = ce_launch_settings(M, V, K, h.element_size())
+    n_vtiles = triton.cdiv(V, cfg["BLOCK_V"])
+    part_m = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
+    part_s = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
+    tgt = torch.empty(M, dtype=torch.float32, device=h.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * n_vtiles,)
+    _logit_tile_stats_kernel[grid](h, w, targets, part_m, part_s, tgt, M, V, K, h.stride(0), h.stride(1), w.stride(0),
+                                   w.stride(1), n_vtiles, PRECISION=dot_precision(h.dtype), **cfg)
+    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_vtiles, BLOCK_T=min(1024, triton.next_power_of_2(n_vtiles)))
+    return loss
+
+
+def linear_cross_entropy_eager(h, w, targets):
+    """PyTorch as written in most training loops: the logits in full, then cross-entropy."""
+    return F.cross_entropy((h @ w.t()).float(), targets, reduction="none")
+
+
+def linear_cross_entropy_reference(h, w, targets):
+    return F.cross_entropy(h.double() @ w.double().t(), targets, reduction="none")
+
+
+def linear_cross_entropy_flops(h, w, targets=None) -> int:
+    return 2 * h.shape[0] * h.shape[1] * w.shape[0]
+
+
+def logits_bytes(h, w) -> int:
+    """What materialising the logits in float32 costs, the memory the fused version does without."""
+    return 4 * h.shape[0] * w.shape[0]
