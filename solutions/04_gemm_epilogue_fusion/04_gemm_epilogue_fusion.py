@@ -344,9 +344,13 @@ for i, m in enumerate(MS_EPI):
           + (f" | measured µs: {measured}" if measured else ""))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "epilogue-discuss", "locked": true, "schema_version": 3, "solution": false}
-# What to look for. For one to a few hundred rows all versions sit on the weights' line (`|W|` = 8 MiB here):
-# the fused kernel saves the two extra launches, which at this size are a good part of the time. In between,
-# the fused kernel's gain follows the model's ratio. For the largest `M` it depends on `K`: the right panel
+# What to look for. With a few rows, reading the weights (`|W|` = 8 MiB here) takes a couple of µs, so the
+# times are launches and latency, and what the fused kernel saves is the two extra launches: compare the
+# first printed row. Around `M = 64` the portable kernel's `64 × 128` tiles number only `N / 128 = 32`, too
+# few to fill the machine, and it loses that lead (a split of `K` across programs, or narrower tiles, would
+# win it back: try it). From about a thousand rows the fused kernels gain less than the model's ratio,
+# which assumes their product is as fast as cuBLAS's: the TMA kernel keeps more of the gain, the portable
+# one (whose product runs at about 80% of cuBLAS) loses most of it. For the largest `M` it depends on `K`: the right panel
 # shows the speed-up shrinking towards 1 as `K` grows and the product's `2K` flops per element swamp the
 # `4|y|` saved. Where the fused kernel falls *below* the model's line, that is the GEMM itself: a plain
 # Triton GEMM reaches about 80% of cuBLAS on an H200, and at `K = 8192` the 20% lost is more than
