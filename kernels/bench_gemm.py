@@ -10,10 +10,10 @@ inference engines run them, so that the host's launch cost stays out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
+
+from kernels.bench_part import part_main
 
 # kernel -> (the PyTorch versions it must be no slower than, slack): "cuBLAS matmul alone" with slack 1.05
 # means at most 1.05x the time of the bare product, epilogue included.
@@ -251,33 +251,18 @@ def sweep(progress):
     return out
 
 
+def _rows_and_goals(prof, progress) -> dict:
+    result = {"rows": rows(prof, progress)}
+    result["goals"] = goals(result["rows"])
+    return result
+
+
+def _report(result) -> str:
+    return "\n".join(markdown(result["rows"])) + "\n" + json.dumps(result["goals"], indent=1)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", action="store_true", help="time tile settings instead of the rows")
-    parser.add_argument("--json", type=Path, help="also write what was measured to this file")
-    args = parser.parse_args(argv)
-    import kernels  # noqa: F401  (device set-up)
-    from autograder import device, runtime
-
-    if not runtime.has_gpu():
-        print("kernels.bench_gemm needs a CUDA GPU.", file=sys.stderr)
-        return 2
-
-    def progress(msg):
-        print(f"[bench_gemm] {msg}", flush=True)
-
-    if args.sweep:
-        result = sweep(progress)
-    else:
-        prof = device.measure(progress=False)
-        progress(f"copy {prof.copy_gbps:.0f} GB/s, bf16 matmul {prof.matmul_tflops['bf16']:.0f} TFLOP/s")
-        result = {"rows": rows(prof, progress)}
-        result["goals"] = goals(result["rows"])
-        print("\n".join(markdown(result["rows"])))
-        print(json.dumps(result["goals"], indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return part_main(argv, __doc__, "bench_gemm", _rows_and_goals, sweep, _report)
 
 
 if __name__ == "__main__":

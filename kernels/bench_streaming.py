@@ -7,10 +7,9 @@ cross-entropy against eager PyTorch, torch.compile and SDPA, with peak extra mem
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
+
+from kernels.bench_part import part_main
 
 # Issue goals these rows are measured against (H200): softmax >= 0.85 of copy, FlashAttention forward >= 0.80
 # of SDPA's TFLOP/s, linear cross-entropy <= 1.1x torch.compile's time with <= 0.5 GiB of extra memory.
@@ -155,30 +154,7 @@ def sweep(progress):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", action="store_true", help="time tile settings instead of the rows")
-    parser.add_argument("--json", type=Path, help="also write what was measured to this file")
-    args = parser.parse_args(argv)
-    import kernels  # noqa: F401  (device set-up)
-    from autograder import device, runtime
-
-    if not runtime.has_gpu():
-        print("kernels.bench_streaming needs a CUDA GPU.", file=sys.stderr)
-        return 2
-
-    def progress(msg):
-        print(f"[bench_streaming] {msg}", flush=True)
-
-    if args.sweep:
-        result = sweep(progress)
-    else:
-        prof = device.measure(progress=False)
-        progress(f"copy {prof.copy_gbps:.0f} GB/s, bf16 matmul {prof.matmul_tflops['bf16']:.0f} TFLOP/s")
-        result = rows(prof, progress)
-        print(json.dumps(result, indent=1))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    return part_main(argv, __doc__, "bench_streaming", rows, sweep)
 
 
 if __name__ == "__main__":
