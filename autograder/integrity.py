@@ -98,7 +98,8 @@ def _own_modules() -> list[types.ModuleType]:
 # Module globals of the grader that change on their own: set once (None -> value) or flags.
 _SETTLES = {("autograder.device", "_profile"), ("autograder.registry", "_registry"), ("autograder.integrity", "_record")}
 _VOLATILE = {("autograder.runtime", "_announced"), ("autograder.integrity", "_names_seen"),
-             ("kernels.multi_tensor_adamw", "_TABLE_CACHE")}  # address tables, filled as tensor lists come
+             ("kernels.multi_tensor_adamw", "_TABLE_CACHE"),  # address tables, filled as tensor lists come
+             ("kernels.tma", "_UNCOMPILABLE")}  # kernel settings this Triton refused, filled on first launches
 
 
 def _copy(value):
