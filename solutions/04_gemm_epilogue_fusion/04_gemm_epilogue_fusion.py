@@ -75,8 +75,8 @@ def rel_err(got, exact):
 # * **Reuse.** A tile of `x` is needed by every program in its tile-row, a tile of `w` by every program in its
 #   tile-column. HBM sees each of them once only if the programs that share them run close together in time
 #   and L2 keeps them in between. Programs are launched in index order, so the order in which the index
-#   maps to tiles matters: row by row, a wave of 132 programs covers one or two tile-rows and every column
-#   of `w`; in **groups** of `GROUP_M` tile-rows, walked column by column, a wave covers a compact block
+#   maps to tiles matters: row by row, a wave of programs (one or two per multiprocessor, of which an H100
+#   or H200 has 132) covers one or two tile-rows and every column of `w`; in **groups** of `GROUP_M` tile-rows, walked column by column, a wave covers a compact block
 #   whose `x` rows and `w` columns fit in L2 together (`grouped_tile` below).
 # * **Tile shape.** Bigger tiles do more arithmetic per byte loaded (`2·BM·BN·BK` flops for
 #   `(BM + BN)·BK` elements) but cost more **registers** (the accumulator alone is `BM·BN` floats spread
