@@ -633,4 +633,61 @@ def fusion(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     )
 
 
-GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion}
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**28 else f"{n / 2**20:.3g} MiB"
+
+
+def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    """Peak memory a call allocates beyond its inputs, at the exercise's memory shape, against its bound.
+
+    On a GPU the caching allocator's peak (exact); in the interpreter the sum of every storage torch creates
+    during the call, an upper bound of the peak. Either way a version that materialises the intermediate
+    (whose size the message gives) cannot stay under the bound.
+    """
+    dtype = ex.perf_dtype if runtime.has_gpu() else torch.float32
+    inputs = _inputs(ex, ex.memory_shape, dtype, _seed(cfg.secret_seed, "memory"))
+    args = tuple(inputs.values())
+    bound, materialised = ex.memory_bound(inputs), ex.materialised_bytes(inputs)
+    launches = TritonLaunches()
+    try:
+        fn(*args)  # warm-up: compilation and autotuning stay out of the measurement
+        _sync()
+        if runtime.has_gpu():
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            with launches:
+                out = fn(*args)
+            torch.cuda.synchronize()
+            extra = torch.cuda.max_memory_allocated() - before
+            how = "the CUDA allocator's peak"
+        else:
+            from .sandbox import AllocationMeter
+
+            with launches, AllocationMeter(launches) as meter, np.errstate(all="ignore"):
+                out = fn(*args)
+            extra = meter.bytes
+            how = "every allocation added up (the interpreter: an upper bound of the peak)"
+    except Exception as exc:
+        return CriterionResult("memory", FAILED, _student_error(exc, ex.function))
+    expected = _as_tuple(ex.reference(**inputs))
+    outs = _as_outputs(out, len(expected))
+    figures = {"extra_bytes": extra, "bound_bytes": bound, "materialised_bytes": materialised}
+    where = f"shape {ex.memory_shape}, {_dtype_name(dtype)}"
+    if outs is None or not all(o.shape == e.shape and _rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
+        return CriterionResult("memory", FAILED, f"wrong result at {where}: memory not judged (see correctness)",
+                               figures)
+    if launches.count == 0:
+        return CriterionResult("memory", FAILED, f"no Triton kernel ran: {ex.function} must compute its result in "
+                               "a Triton kernel", figures)
+    msg = (f"{_gib(extra)} allocated beyond the inputs (outputs included; {how}); allowed {_gib(bound)}. "
+           f"{ex.memory_what} alone would take {_gib(materialised)}. {where}.")
+    if extra <= bound:
+        return CriterionResult("memory", PASSED, msg, figures)
+    hint = (f"\nThat is {extra / materialised:.2g} times {ex.memory_what}: it is being materialised. Reduce it "
+            "tile by tile inside the kernel and keep only per-row statistics." if extra >= 0.5 * materialised
+            else "")
+    return CriterionResult("memory", FAILED, msg + hint, figures)
+
+
+GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion,
+           "memory": memory}

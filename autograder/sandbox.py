@@ -220,6 +220,34 @@ class Watch(TorchDispatchMode):
         return None
 
 
+class AllocationMeter(TorchDispatchMode):
+    """The bytes of every new storage torch creates while active (Triton kernels allocate nothing).
+
+    Their sum bounds the peak from above: it counts a tensor freed before the next was made as if it
+    were still alive. On a GPU the caching allocator's peak is exact; this is for the interpreter."""
+
+    def __init__(self, launches: TritonLaunches | None = None):
+        super().__init__()
+        self.launches = launches  # inside a launch the interpreter copies the arguments: not the kernel's doing
+        self.bytes = 0
+        self._seen: set[int] = set()
+        self._keep: list[torch.Tensor] = []  # alive until the meter goes: no address is counted twice
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.launches is not None and self.launches.depth > 0:
+            return func(*args, **(kwargs or {}))
+        before = {storage_of(a) for a in args if isinstance(a, torch.Tensor)}
+        result = func(*args, **(kwargs or {}))
+        for t in result if isinstance(result, (tuple, list)) else (result,):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                key = storage_of(t)
+                if key not in self._seen and key not in before:
+                    self._seen.add(key)
+                    self._keep.append(t)
+                    self.bytes += t.untyped_storage().nbytes()
+        return result
+
+
 @contextlib.contextmanager
 def quiet():
     """Send everything written to stderr (Python or C level) and every warning into a list of strings.

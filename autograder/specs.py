@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-CRITERIA = ("correctness", "precision", "performance", "fusion")
+CRITERIA = ("correctness", "precision", "performance", "fusion", "memory")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +87,12 @@ class KernelExercise(Exercise):
     precision_floor_from_inputs: Callable[[dict, torch.dtype], tuple[float, str]] | None = None
     special_values: bool = True  # also grade inputs holding NaN and +-Inf
     default_min_fraction: float = 0.5
+    # The memory criterion: at memory_shape, the bytes a call may allocate beyond its inputs (outputs
+    # included), from the inputs; and what the materialised intermediate it must avoid would take.
+    memory_shape: Shape = None
+    memory_bound: Callable[[dict], int] | None = None
+    materialised_bytes: Callable[[dict], int] | None = None
+    memory_what: str = "the intermediate"  # what the feedback calls the tensor that must not be materialised
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise
     output_names: tuple[str, ...] = ("output",)  # the function returns a tuple when there are several
     output_dtype: torch.dtype | None = None  # None: the outputs have the inputs' dtype
