@@ -32,6 +32,7 @@ def test_softmax_matches_reference_in_one_block_and_online(m, n, dtype):
     assert _within_rounding(y, sm.softmax_reference(x), dtype)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")  # the row of -inf: 0/0
 def test_softmax_rows_of_minus_infinity_and_strided_input():
     x = torch.full((2, sm.ONE_BLOCK_MAX + 5), -math.inf, device=DEVICE)
     x[0, 3] = 1.0  # one finite entry: probability 1 there, 0 elsewhere, in both code paths
