@@ -187,7 +187,7 @@ def _expected_kind(ex: KernelExercise) -> str:
 
 def _check_output(ex, name, out, ref, input_dtype, watch) -> str | None:
     label = f"{name}: " if len(ex.output_names) > 1 else ""
-    dtype = ex.out_dtype(input_dtype)
+    dtype = ex.out_dtype(input_dtype, ex.output_names.index(name) if name in ex.output_names else 0)
     if tuple(out.shape) != tuple(ref.shape):
         return f"{label}output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
@@ -285,8 +285,8 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> str | None:
     where = f"shape {shape}, float32"
     if problems:
         refs_a = _as_tuple(ex.reference(**first))
-        stale = out_b is not None and all(_compare(o, r, ex.out_dtype(dtype), *ex.tolerance[dtype]) is None
-                                          for o, r in zip(out_b, refs_a))
+        stale = out_b is not None and all(_compare(o, r, ex.out_dtype(dtype, i), *ex.tolerance[dtype]) is None
+                                          for i, (o, r) in enumerate(zip(out_b, refs_a)))
         if stale:
             return (f"{where}: called again on the same tensors holding new data, {ex.function} returned the "
                     "previous result: results are cached (keyed on the tensors' identity or address), not computed")
@@ -408,7 +408,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             if not_computed:
                 return CriterionResult("precision", FAILED, not_computed, figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
-            ideal = max(_rel_err(r.to(ex.out_dtype(dtype)), r) for r in refs)
+            ideal = max(_rel_err(r.to(ex.out_dtype(dtype, i)), r) for i, r in enumerate(refs))
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
             floor_note = ""
             if ex.precision_floor_from_inputs is not None:
@@ -506,7 +506,14 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
     min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
     figures = {"time_ms": ms, "eager_ms": eager_ms, "speedup_over_eager": speedup}
-    if ex.flops is not None:
+    if ex.perf_baseline is not None:
+        base_ms = bench_ms(lambda: ex.perf_baseline(*args))
+        frac = base_ms / ms
+        rate = ex.flops(*args) / (ms * 1e-3) / 1e12 if ex.flops is not None else None
+        figures.update({"baseline_ms": base_ms, "fraction_of_peak": frac, **({"TFLOPs": rate} if rate else {})})
+        what = (f"{f'{rate:.0f} TFLOP/s, ' if rate else ''}{frac:.2f} of {ex.perf_baseline_name}'s speed on this "
+                f"GPU ({ms:.3f} ms against {base_ms:.3f} ms)")
+    elif ex.flops is not None:
         dt = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ex.perf_dtype, "bf16")
         rate = ex.flops(*args) / (ms * 1e-3) / 1e12
         peak = prof.matmul_tflops[dt]
@@ -530,7 +537,7 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     )
     if frac >= min_frac and speedup > min_speedup:
         return CriterionResult("performance", PASSED, msg, figures)
-    if ex.flops is None and frac < min_frac:
+    if ex.flops is None and ex.perf_baseline is None and frac < min_frac:
         passes = 1 / frac if frac > 0 else math.inf
         msg += (
             f"\nAt this speed the kernel behaves as if it moved {passes:.1f}x the minimal bytes: look for a "
@@ -562,8 +569,9 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple)
     except Exception as exc:
         return _student_error(exc, ex.function)
     expected = _as_tuple(ex.reference(**inputs))
-    out_dtype, tol = ex.out_dtype(ex.perf_dtype), ex.tolerance[ex.perf_dtype]
-    if now is None or any(_compare(o, e, out_dtype, *tol) for o, e in zip(now, expected)):
+    tol = ex.tolerance[ex.perf_dtype]
+    if now is None or any(_compare(o, e, ex.out_dtype(ex.perf_dtype, i), *tol)
+                          for i, (o, e) in enumerate(zip(now, expected))):
         return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "
                 "results are cached (keyed on the tensors or part of their data), not computed")
     return None

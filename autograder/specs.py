@@ -96,6 +96,13 @@ class KernelExercise(Exercise):
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise
     output_names: tuple[str, ...] = ("output",)  # the function returns a tuple when there are several
     output_dtype: torch.dtype | None = None  # None: the outputs have the inputs' dtype
+    # Per output, when they differ (attention's o in the inputs' dtype, its log-sum-exp in float32); None
+    # entries take the inputs' dtype. Overrides output_dtype.
+    output_dtypes: tuple | None = None
+    # Performance against a library on the same device instead of the matmul peak (e.g. SDPA for attention):
+    # a function of the inputs, timed like the student's; the fraction graded is its time over theirs.
+    perf_baseline: Callable[..., Any] | None = None
+    perf_baseline_name: str = ""
     outputs_share_storage: bool = False  # the outputs must be views of one buffer (e.g. Q, K, V of one GEMM)
     # (bug name, reference computing the wrong formula): named when an output matches one of them.
     diagnoses: tuple = ()
@@ -103,7 +110,10 @@ class KernelExercise(Exercise):
     def args(self, inputs: dict) -> tuple:
         return tuple(inputs.values())
 
-    def out_dtype(self, input_dtype: torch.dtype) -> torch.dtype:
+    def out_dtype(self, input_dtype: torch.dtype, index: int = 0) -> torch.dtype:
+        """The dtype output number `index` must have for inputs of input_dtype."""
+        if self.output_dtypes is not None:
+            return self.output_dtypes[index] or input_dtype
         return self.output_dtype or input_dtype
 
 
