@@ -19,7 +19,7 @@ from .report import FAILED, PASSED, SKIPPED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise, Shape
-from .timing import bench_ms, synced_ms
+from .timing import bench_ms, peak_extra_bytes, synced_ms
 
 MAX_LISTED = 5
 
@@ -185,9 +185,10 @@ def _expected_kind(ex: KernelExercise) -> str:
     return "a torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(ex.output_names)})"
 
 
-def _check_output(ex, name, out, ref, input_dtype, watch) -> str | None:
+def _check_output(ex, index, out, ref, input_dtype, watch) -> str | None:
+    name = ex.output_names[index]
     label = f"{name}: " if len(ex.output_names) > 1 else ""
-    dtype = ex.out_dtype(input_dtype, ex.output_names.index(name) if name in ex.output_names else 0)
+    dtype = ex.out_dtype(input_dtype, index)
     if tuple(out.shape) != tuple(ref.shape):
         return f"{label}output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
@@ -236,8 +237,8 @@ def _run(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = Non
     if outs is None:
         return None, problems + [f"{ex.function} returned {type(out).__name__}, expected {_expected_kind(ex)}"]
     mismatched = False
-    for name, o, r in zip(ex.output_names, outs, refs):
-        msg = _check_output(ex, name, o, r, dtype, watch)
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        msg = _check_output(ex, i, o, r, dtype, watch)
         if msg:
             problems.append(msg)
             mismatched = mismatched or "differ from the reference" in msg
@@ -661,12 +662,11 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         fn(*args)  # warm-up: compilation and autotuning stay out of the measurement
         _sync()
         if runtime.has_gpu():
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-            with launches:
-                out = fn(*args)
-            torch.cuda.synchronize()
-            extra = torch.cuda.max_memory_allocated() - before
+            def call():
+                with launches:
+                    return fn(*args)
+
+            out, extra = peak_extra_bytes(call)
             how = "the CUDA allocator's peak"
         else:
             from .sandbox import AllocationMeter

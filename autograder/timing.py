@@ -71,6 +71,18 @@ def synced_ms(fn, budget_s: float = 0.2) -> float:
     return (time.perf_counter() - start) * 1e3 / reps
 
 
+def peak_extra_bytes(fn):
+    """(fn(), the bytes the CUDA allocator held at the peak of that call above what it held before)."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before
+
+
 def gbps(n_bytes: float, ms: float) -> float:
     return n_bytes / (ms * 1e-3) / 1e9
 

@@ -17,14 +17,9 @@ from kernels.bench_part import part_main
 
 def peak_extra_gib(fn) -> float:
     """GiB allocated at the peak of one call of fn, above what was allocated before it."""
-    import torch
+    from autograder.timing import peak_extra_bytes
 
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**30
+    return peak_extra_bytes(fn)[1] / 2**30
 
 
 def rows(prof, progress):
