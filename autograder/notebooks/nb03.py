@@ -12,6 +12,7 @@ from kernels import row_sum_sumsq as rss
 
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape, StepExercise
+from .rounding import TF32_NOTE, tf32
 
 NOTEBOOK = "03_horizontal_fusion"
 
@@ -100,20 +101,11 @@ def _qkv_inputs(shape: Shape, dtype, device, gen):
     return {"x": to_device_keeping_layout(x, device), "w_qkv": w.to(device), "kv_width": kv}
 
 
-def _tf32(t: torch.Tensor, round_to_nearest: bool) -> torch.Tensor:
-    """t with 10 explicit mantissa bits (TF32), rounded to nearest or truncated: the matrix units of some
-    GPUs round float32 operands, others drop the low bits."""
-    bits = t.float().contiguous().view(torch.int32)
-    if round_to_nearest:
-        bits = bits + 0x1000
-    return (bits & ~0x1FFF).view(torch.float32).double()
-
-
 def _qkv_in_tf32(round_to_nearest: bool):
     def wrong(x, w_qkv, kv_width):
         if x.dtype != torch.float32:
             return qkv.qkv_projection_reference(x, w_qkv, kv_width)
-        return qkv.split_qkv(_tf32(x, round_to_nearest) @ _tf32(w_qkv, round_to_nearest).t(), kv_width)
+        return qkv.split_qkv(tf32(x, round_to_nearest) @ tf32(w_qkv, round_to_nearest).t(), kv_width)
 
     return wrong
 
@@ -153,8 +145,7 @@ QKV_PROJECTION = KernelExercise(
     outputs_share_storage=True,
     special_values=False,
     diagnoses=(
-        *((("float32 inputs were multiplied in TF32: pass input_precision=\"ieee\" to tl.dot", _qkv_in_tf32(rn))
-           for rn in (False, True))),
+        *((TF32_NOTE, _qkv_in_tf32(rn)) for rn in (False, True)),
         ("k and v are swapped: k is the first kv_width columns after q", _qkv_k_v_swapped),
     ),
 )

@@ -12,6 +12,7 @@ from kernels import swiglu as sw
 
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape
+from .rounding import TF32_NOTE, tf32
 
 NOTEBOOK = "04_gemm_epilogue_fusion"
 
@@ -43,11 +44,6 @@ def _float32_accumulation(inputs: dict, dtype) -> tuple[float, str]:
     """Summing K products in float32 lets rounding errors random-walk: about eps * sqrt(K) of the result."""
     k = inputs["x"].shape[1]
     return 4 * 2.0**-24 * math.sqrt(k), f"float32 accumulation over K = {k} (4 eps sqrt(K))"
-
-
-def _tf32(t: torch.Tensor) -> torch.Tensor:
-    """t with the 13 low mantissa bits dropped: the TF32 operands tl.dot uses by default for float32."""
-    return (t.float().contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
 
 
 # --- 1. GEMM + bias + GELU + residual ----------------------------------------------------------------------
@@ -85,10 +81,8 @@ def _no_residual(x, w, b, r):
 def _epilogue_in_tf32(x, w, b, r):
     if x.dtype != torch.float32:
         return ge.gemm_gelu_residual_reference(x, w, b, r)
-    return F.gelu(_tf32(x) @ _tf32(w) + b.double(), approximate="tanh") + r.double()
+    return F.gelu(tf32(x) @ tf32(w) + b.double(), approximate="tanh") + r.double()
 
-
-_TF32_NOTE = "float32 inputs were multiplied in TF32: pass input_precision=\"ieee\" to tl.dot"
 
 GEMM_GELU_RESIDUAL = KernelExercise(
     id="04.gemm_gelu_residual",
@@ -126,7 +120,7 @@ GEMM_GELU_RESIDUAL = KernelExercise(
         ("the bias was added after the GELU: it belongs inside, gelu(x @ w + b)", _bias_after),
         ("the bias b is missing", _no_bias),
         ("the residual r is missing", _no_residual),
-        (_TF32_NOTE, _epilogue_in_tf32),
+        (TF32_NOTE, _epilogue_in_tf32),
     ),
 )
 
@@ -154,7 +148,7 @@ def _silu_of_both(x, w_gate, w_up):
 def _swiglu_in_tf32(x, w_gate, w_up):
     if x.dtype != torch.float32:
         return sw.swiglu_reference(x, w_gate, w_up)
-    return F.silu(_tf32(x) @ _tf32(w_gate)) * (_tf32(x) @ _tf32(w_up))
+    return F.silu(tf32(x) @ tf32(w_gate)) * (tf32(x) @ tf32(w_up))
 
 
 SWIGLU = KernelExercise(
@@ -187,7 +181,7 @@ SWIGLU = KernelExercise(
         ("gate and up are swapped: silu goes on x @ w_gate", _gate_up_swapped),
         ("sigmoid(gate) * up: SiLU is gate * sigmoid(gate)", _sigmoid_not_silu),
         ("SiLU was applied to both products: h = silu(x @ w_gate) * (x @ w_up)", _silu_of_both),
-        (_TF32_NOTE, _swiglu_in_tf32),
+        (TF32_NOTE, _swiglu_in_tf32),
     ),
 )
 
