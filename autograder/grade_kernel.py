@@ -419,7 +419,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             errs.append(err)
             excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
             ratios.append(err / bound if bound > 0 else math.inf)
-            key = name if len(shapes) == 1 else f"{name}@{shape.dims[-1]}"
+            key = name if len(shapes) == 1 else f"{name}@{shape.dims[ex.reduced_axis]}"
             figures[f"rel_err_{key}"] = err
             figures[f"bound_{key}"] = bound
             if not math.isfinite(err):
@@ -435,7 +435,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                     f"(rounding the exact result to {name} alone costs {ideal:.3g}{floor_note})"
                 )
         if len(shapes) > 1:
-            lengths = [s.dims[-1] for s in shapes]
+            lengths = [s.dims[ex.reduced_axis] for s in shapes]
             p = _slope(lengths, excess)
             figures[f"growth_exponent_{name}"] = p
             if any(r > 1 for r in ratios) and p > 0.25:
@@ -654,7 +654,8 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     (whose size the message gives) cannot stay under the bound.
     """
     dtype = ex.perf_dtype if runtime.has_gpu() else torch.float32
-    inputs = _inputs(ex, ex.memory_shape, dtype, _seed(cfg.secret_seed, "memory"))
+    shape = ex.memory_shape if runtime.has_gpu() else ex.memory_shape_cpu or ex.memory_shape
+    inputs = _inputs(ex, shape, dtype, _seed(cfg.secret_seed, "memory"))
     args = tuple(inputs.values())
     bound, materialised = ex.memory_bound(inputs), ex.materialised_bytes(inputs)
     launches = TritonLaunches()
@@ -680,7 +681,7 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     expected = _as_tuple(ex.reference(**inputs))
     outs = _as_outputs(out, len(expected))
     figures = {"extra_bytes": extra, "bound_bytes": bound, "materialised_bytes": materialised}
-    where = f"shape {ex.memory_shape}, {_dtype_name(dtype)}"
+    where = f"shape {shape}, {_dtype_name(dtype)}"
     if outs is None or not all(o.shape == e.shape and _rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("memory", FAILED, f"wrong result at {where}: memory not judged (see correctness)",
                                figures)

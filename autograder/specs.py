@@ -73,6 +73,7 @@ class KernelExercise(Exercise):
     # the error grows with that length, and names low-precision accumulation when it grows.
     precision_shapes: tuple[Shape, ...] = ()
     reduced_dim: str = "H"  # what the feedback calls that length (K for a GEMM)
+    reduced_axis: int = -1  # where that length sits in Shape.dims (attention's (B, H, N, D): 2)
     perf_shape: Shape = None
     perf_dtype: torch.dtype = torch.bfloat16
     max_launches: int = 1
@@ -90,6 +91,7 @@ class KernelExercise(Exercise):
     # The memory criterion: at memory_shape, the bytes a call may allocate beyond its inputs (outputs
     # included), from the inputs; and what the materialised intermediate it must avoid would take.
     memory_shape: Shape = None
+    memory_shape_cpu: Shape = None  # a smaller one for the interpreter, when memory_shape would take minutes there
     memory_bound: Callable[[dict], int] | None = None
     materialised_bytes: Callable[[dict], int] | None = None
     memory_what: str = "the intermediate"  # what the feedback calls the tensor that must not be materialised

@@ -102,11 +102,11 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor
 
 def linear_cross_entropy_eager(h, w, targets):
     """PyTorch as written in most training loops: the logits in full, then cross-entropy."""
-    return F.cross_entropy((h @ w.t()).float(), targets, reduction="none")
+    return F.cross_entropy((h @ w.t()).float(), targets.long(), reduction="none")
 
 
 def linear_cross_entropy_reference(h, w, targets):
-    return F.cross_entropy(h.double() @ w.double().t(), targets, reduction="none")
+    return F.cross_entropy(h.double() @ w.double().t(), targets.long(), reduction="none")
 
 
 def linear_cross_entropy_flops(h, w, targets=None) -> int:
