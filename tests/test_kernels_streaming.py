@@ -134,6 +134,76 @@ def test_linear_cross_entropy_keeps_partials_not_logits():
     assert partials < lce.logits_bytes(h, w) / 100
 
 
+# The Hopper paths (TMA descriptors) run in the interpreter too, with small tiles: the same tile logic the GPU
+# runs, checked here without one. On a GPU the tests below run them at their own settings.
+SMALL_ATTENTION_TILES = (dict(BLOCK_M=32, BLOCK_N=32, WARP_SPECIALIZE=False, num_warps=4, num_stages=2),)
+
+
+@pytest.mark.parametrize("b,h,n,d,causal,bnhd", [(1, 2, 100, 64, True, False), (2, 1, 130, 64, False, False),
+                                                 (1, 1, 96, 128, True, False), (1, 2, 70, 64, True, True)])
+def test_tma_attention_path_matches_reference(b, h, n, d, causal, bnhd):
+    def one():
+        t = torch.randn(b, n, h, d).transpose(1, 2) if bnhd else torch.randn(b, h, n, d)
+        return t.half().to(DEVICE)
+
+    q, k, v = one(), one(), one()
+    tiles = fa.ATTENTION_TMA_SETTINGS if runtime.has_gpu() else SMALL_ATTENTION_TILES
+    o, lse = fa._launch_attention_tma(q, k, v, causal, tiles)
+    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
+    assert o.dtype == torch.float16 and _within_rounding(o, ref_o, torch.float16, factor=2.0)
+    assert _rel(lse, ref_lse) < 1e-6
+
+
+def test_tma_attention_falls_back_where_the_engine_does_not_apply():
+    q, k, v = (torch.randn(1, 2, 50, 64, device=DEVICE) for _ in range(3))  # float32: the portable kernel
+    o, lse = fa.flash_attention_tma(q, k, v, True)
+    ref_o, ref_lse = fa.attention_reference(q, k, v, True)
+    assert _within_rounding(o, ref_o, torch.float32, factor=2.0, floor=2e-6) and _rel(lse, ref_lse) < 1e-6
+    with pytest.raises(ValueError, match="causal"):
+        fa.flash_attention_tma(q[:, :, :5], k, v, True)
+
+
+@pytest.mark.parametrize("subtiles,flatten", [(1, False), (2, True)])
+def test_tma_cross_entropy_path_matches_reference(subtiles, flatten):
+    gen = torch.Generator().manual_seed(subtiles)
+    h = torch.randn(70, 64, generator=gen).half().to(DEVICE)
+    w = (3 * torch.randn(1000, 64, generator=gen) / 8).half().to(DEVICE)
+    t = torch.randint(0, 1000, (70,), generator=gen).to(DEVICE)
+    cfg = dict(BLOCK_M=32, BLOCK_V=64, BLOCK_K=32, GROUP_M=4, SUBTILES=subtiles, FLATTEN=flatten, num_warps=4,
+               num_stages=2)
+    loss = lce._launch_tma(h, w, t, (cfg,))
+    ref = lce.linear_cross_entropy_reference(h, w, t)
+    assert float((loss.double() - ref).abs().max()) < 1e-4 * (1 + float(ref.abs().max()))
+
+
+def test_tma_cross_entropy_falls_back_and_checks_its_inputs():
+    h, w = torch.randn(6, 16, device=DEVICE), torch.randn(50, 16, device=DEVICE)
+    t = torch.randint(0, 50, (6,), device=DEVICE)
+    ref = lce.linear_cross_entropy_reference(h, w, t)
+    assert float((lce.linear_cross_entropy_tma(h, w, t).double() - ref).abs().max()) < 1e-4
+    with pytest.raises(ValueError, match="targets must lie in"):
+        lce.linear_cross_entropy_tma(h, w, torch.full((6,), 50, device=DEVICE))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d,causal", [(64, False), (128, True), (128, False)])
+def test_tma_attention_bf16_on_gpu(d, causal):
+    q, k, v = (torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o, lse = fa.flash_attention_tma(q, k, v, causal)
+    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
+    assert _within_rounding(o, ref_o, torch.bfloat16, factor=2.0) and _rel(lse, ref_lse) < 1e-5
+
+
+@pytest.mark.gpu
+def test_tma_cross_entropy_bf16_on_gpu():
+    h = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(32001, 1024, device="cuda") / 32).to(torch.bfloat16)
+    t = torch.randint(0, 32001, (1000,), device="cuda")
+    loss = lce.linear_cross_entropy_tma(h, w, t)
+    ref = lce.linear_cross_entropy_reference(h, w, t)
+    assert float((loss.double() - ref).abs().max()) < 1e-3 * (1 + float(ref.abs().max()))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [4096, 40000])
 def test_softmax_bf16_on_gpu(n):
