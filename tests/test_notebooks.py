@@ -21,7 +21,8 @@ def _solution_nb(root, name):
 
 
 def test_there_are_notebooks():
-    assert {"01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"} <= set(NOTEBOOKS)
+    assert {"01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion",
+            "05_streaming_reduction_fusion"} <= set(NOTEBOOKS)
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -111,6 +112,14 @@ SOLUTIONS_FROM_KERNELS = {
         "gemm_epilogue", ["gelu_tanh", "_gemm_gelu_residual_kernel", "gemm_launch_settings", "_check_epilogue_inputs",
                           "gemm_gelu_residual"]),
     ("04_gemm_epilogue_fusion", "swiglu"): ("swiglu", ["_swiglu_kernel", "swiglu_launch_settings", "swiglu"]),
+    ("05_streaming_reduction_fusion", "softmax"): (
+        "softmax", ["ONE_BLOCK_MAX", "_softmax_kernel", "softmax_launch_settings", "softmax"]),
+    ("05_streaming_reduction_fusion", "flash_attention"): (
+        "flash_attention", ["LOG2E", "_online_softmax_step", "_attend", "_flash_attention_kernel",
+                            "attention_launch_settings", "_check_attention_inputs", "flash_attention"]),
+    ("05_streaming_reduction_fusion", "linear_cross_entropy"): (
+        "linear_cross_entropy", ["_tile_stats", "_logit_tile_stats_kernel", "_combine_kernel", "ce_launch_settings",
+                                 "_check_inputs", "linear_cross_entropy"]),
 }
 
 

@@ -1,0 +1,1041 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (fusion course)
+#     language: python
+#     name: fusion-course
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
+# # 05 · Streaming-reduction fusion: online softmax, FlashAttention, cross-entropy without its logits
+#
+# Notebook 02 fused a reduction into its consumer by holding a whole row in registers: compute the row's
+# statistic, then normalise the registers. That stops working in two cases. The row may be **too long** for
+# one program's registers (a softmax over 100 000 entries). Or the row may **not exist yet**: it is the output
+# of a matrix product, such as attention's scores `q·kᵀ` or a language model's logits `h·Wᵀ`, produced one tile
+# at a time, and writing it out in full is exactly what fusion should avoid. Both are solved by a reduction
+# that can be updated as its input streams past: the **online softmax**.
+#
+# You will
+# 1. see why a reduction over a whole row stands in the way of fusion, and count softmax's traffic: eager
+#    `8|x|`, fused `2|x|`, and `3|x|` when a row is longer than a block;
+# 2. derive the online softmax (a running max, and a running sum rescaled when the max grows) and check it
+#    numerically, chunk by chunk and by merging partial results in any order;
+# 3. measure softmax's bandwidth against the row length, against the model;
+# 4. put the online softmax inside a loop over key tiles: **FlashAttention**, whose `N × N` scores never reach
+#    memory; measure its memory (`O(N)` against `O(N²)`) and its time against naive attention and PyTorch's
+#    SDPA, and what a causal mask saves when the tiles above the diagonal are skipped;
+# 5. apply the same pattern to a linear layer followed by cross-entropy, so that the logits never exist;
+# 6. write three kernels: a **softmax** for rows of any length (graded on correctness, precision, bandwidth,
+#    fusion), a **FlashAttention forward** (graded against SDPA's speed on your GPU) and a **fused linear
+#    cross-entropy** (graded on the memory it allocates).
+#
+# Without a GPU, kernels run in Triton's interpreter: graded for correctness there, not for speed. Memory is
+# measured there too, at small sizes; the time plots show the cost model for a reference H200 instead.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
+import autograder  # first: picks GPU or interpreter before any kernel is defined
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from tqdm.auto import tqdm
+
+from autograder import check, runtime
+from autograder.plots import bars_against_model, peaks, print_against_model
+from autograder.sandbox import AllocationMeter, TritonLaunches
+from kernels import flash_attention as ref_attn
+from kernels import linear_cross_entropy as ref_ce
+from kernels import softmax as ref_softmax
+from kernels.matmul import dot_precision, grouped_tile, tile_dot
+
+profile = autograder.device_profile()
+print(profile.describe())
+ON_GPU = runtime.has_gpu()
+DEVICE = runtime.device()
+bw_gbps, peak_tflops, peak_label = peaks(profile)
+if ON_GPU:
+    from autograder.timing import bench_interleaved, peak_extra_bytes
+
+
+def extra_bytes(fn) -> int:
+    """Bytes one call of fn allocates beyond what was allocated before it, its outputs included. On a GPU: the
+    CUDA allocator's peak. In the interpreter: every storage torch creates during the call, added up (an
+    upper bound of the peak, since a tensor freed early still counts)."""
+    if ON_GPU:
+        return peak_extra_bytes(fn)[1]
+    launches = TritonLaunches()  # the interpreter copies a kernel's arguments; that is not the call's memory
+    with launches, AllocationMeter(launches) as meter:
+        fn()
+    return meter.bytes
+
+
+def rel_err(got, exact):
+    return float((got.double() - exact).norm() / exact.norm())
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "barrier-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 1. A reduction over the whole row is a barrier
+#
+# `softmax(x)_j = exp(x_j − m) / s`, with `m = max_k x_k` and `s = Σ_k exp(x_k − m)` over the row. (Subtracting
+# `m` changes nothing mathematically and keeps every exponent at or below 0: without it, `exp` of a float32
+# logit above 88.7 is `inf`.) In a chain of elementwise operations, output element `j` needs input element
+# `j` only, so a kernel can load a tile, apply the whole chain and store it. Here output `j` needs `m` and `s`,
+# and those need **every** element of the row. No element can be written before the last one has been read.
+#
+# PyTorch, op by op (`kernels/softmax.py: softmax_eager`), launches five kernels, and each moves the whole row:
+#
+# | kernel | reads | writes | traffic |
+# |---|---|---|---|
+# | `m = x.max(-1)` | `x` | one value a row | \|x\| |
+# | `t = x − m` | `x` | `t` | 2\|x\| |
+# | `e = exp(t)` | `t` | `e` | 2\|x\| |
+# | `s = e.sum(-1)` | `e` | one value a row | \|x\| |
+# | `y = e / s` | `e` | `y` | 2\|x\| |
+# | **in all** | | | **8\|x\|**, 5 launches |
+#
+# A fused kernel that holds the row in registers reads it once and writes once: **`2|x|`**, the floor. A row of
+# 4096 bf16 values is 8 KiB, which one program holds easily; rows up to 16384 work too (64 KiB in float32,
+# spread over 8 warps). Past that the registers run out, and the row has to be streamed through in pieces.
+# Streaming the max first and the sum second would take three reads before the write (`4|x|`). The online
+# softmax of section 2 gets `m` and `s` together in **one** sweep, and a second sweep writes `y`: **`3|x|`**.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "online-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 2. The online softmax, step by step
+#
+# Read the row in chunks `c₁, c₂, …`. After chunk `t` keep two numbers: `m_t`, the largest value seen so far,
+# and `s_t = Σ_{j seen} exp(x_j − m_t)`, the sum measured **from that max**. When chunk `t+1` arrives:
+#
+# 1. the max can only grow: `m_{t+1} = max(m_t, max(c_{t+1}))`;
+# 2. every term of `s_t` was measured from `m_t`; multiplying by `exp(m_t − m_{t+1})` re-measures it from
+#    `m_{t+1}`, since `exp(x_j − m_t) · exp(m_t − m_{t+1}) = exp(x_j − m_{t+1})`;
+# 3. add the new chunk's terms: `s_{t+1} = s_t · exp(m_t − m_{t+1}) + Σ_{j ∈ c_{t+1}} exp(x_j − m_{t+1})`.
+#
+# Every exponent is at most 0, so nothing overflows, and after the last chunk `(m, s)` is the pair the
+# two-pass formula would have given. The rescaling factor is 1 whenever the max did not move.
+#
+# The same algebra **merges two partial results**. Two halves of a row, summarised as `(m_a, s_a)` and
+# `(m_b, s_b)`, combine into `m = max(m_a, m_b)`, `s = s_a · exp(m_a − m) + s_b · exp(m_b − m)`. This merge is
+# associative and commutative: a row can be cut into pieces of any size, handled by different lanes, loops or
+# programs, and combined in any order. Every kernel of this notebook relies on that.
+#
+# And it goes one step further. What attention needs is not `softmax(x)` but `Σ_j softmax(x)_j · v_j`, a
+# weighted sum of value vectors. Keep `o_t = Σ_{j seen} exp(x_j − m_t) · v_j`, measured from the same max:
+# when the max moves, `o` is rescaled by the **same** factor as `s`, and `o / s` at the end is the answer.
+# Nothing of size `N` is ever stored.
+#
+# One trap: a chunk that is entirely `−inf` (a masked region) leaves `m = −inf`, and `exp(m − m_new)` with both
+# `−inf` is `exp(NaN)`. A kernel measures from 0 instead while nothing finite has been seen. The cell below
+# checks all of this in float32 against float64.
+
+# %% nbgrader={"grade": false, "grade_id": "online-check", "locked": true, "schema_version": 3, "solution": false}
+def online_stats(x, chunk):
+    """(m, s): the running max of x and the sum of exp(x - m), one chunk at a time, in x's dtype."""
+    m, s = torch.tensor(-math.inf, dtype=x.dtype), torch.tensor(0.0, dtype=x.dtype)
+    for start in range(0, len(x), chunk):
+        c = x[start:start + chunk]
+        m_new = torch.maximum(m, c.max())
+        ref = m_new if m_new > -math.inf else torch.zeros_like(m_new)  # nothing finite yet: measure from 0
+        s = s * torch.exp(m - ref) + torch.exp(c - ref).sum()
+        m = m_new
+    return m, s
+
+
+def merge(a, b):
+    """Two partial (max, sum) pairs of disjoint pieces of a row -> the pair of their union."""
+    (m_a, s_a), (m_b, s_b) = a, b
+    m = torch.maximum(m_a, m_b)
+    return m, s_a * torch.exp(m_a - m) + s_b * torch.exp(m_b - m)
+
+
+gen = torch.Generator().manual_seed(0)
+row = 30 * torch.randn(20_000, generator=gen)  # float32 logits of spread 30
+exact = torch.softmax(row.double(), dim=0)
+naive = torch.exp(row) / torch.exp(row).sum()  # no max subtracted
+print(f"largest logit {row.max():.0f}: exp(x) overflows float32, and exp(x) / sum(exp(x)) holds "
+      f"{int(naive.isnan().sum())} NaN and {int((naive == 0).sum())} zeros in {len(row)} entries")
+for chunk in (1, 7, 1000, 20_000):
+    m, s = online_stats(row, chunk)
+    err = rel_err(torch.exp(row - m) / s, exact)
+    print(f"chunks of {chunk:>6}: softmax from the online (m, s), relative error {err:.1e}")
+
+cuts = sorted(torch.randint(1, len(row), (9,), generator=gen).tolist())
+pieces = [online_stats(p, 512) for p in torch.tensor_split(row, cuts)]
+order = torch.randperm(len(pieces), generator=gen).tolist()
+m, s = pieces[order[0]]
+for i in order[1:]:
+    m, s = merge((m, s), pieces[i])
+lse_exact = torch.logsumexp(row.double(), dim=0)
+print(f"{len(pieces)} pieces merged in the order {order}: log-sum-exp m + log s = "
+      f"{float(m + torch.log(s)):.6f}, float64 {float(lse_exact):.6f}")
+
+v = torch.randn(len(row), 4, generator=gen)  # a value vector per position, as attention's V
+m, s, o = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(4)
+for start in range(0, len(row), 1000):
+    c = row[start:start + 1000]
+    m_new = torch.maximum(m, c.max())
+    p = torch.exp(c - m_new)
+    alpha = torch.exp(m - m_new)  # what was accumulated under the old max is re-measured from the new one
+    s, o, m = s * alpha + p.sum(), o * alpha + p @ v[start:start + 1000], m_new
+print(f"running output o / s against softmax(x) @ v: relative error {rel_err(o / s, exact @ v.double()):.1e}")
+
+masked = torch.cat([torch.full((1000,), -math.inf), row[:1000]])
+m_bad, s_bad = torch.tensor(-math.inf), torch.tensor(0.0)
+for c in masked.split(1000):  # the same update without the guard
+    m_new = torch.maximum(m_bad, c.max())
+    s_bad, m_bad = s_bad * torch.exp(m_bad - m_new) + torch.exp(c - m_new).sum(), m_new
+guarded = online_stats(masked, 1000)[1]
+exact_sum = torch.exp(row[:1000].double() - row[:1000].max()).sum()
+print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(guarded):.4g}, "
+      f"float64 {float(exact_sum):.4g}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "softmax-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: the naive formula fails outright (an `inf` in the sum makes every probability 0 or NaN),
+# while the online pair gives the float64 answer to float32 rounding whatever the chunk size, one element at a
+# time included; pieces merged in a shuffled order agree with the whole row; the running output matches
+# `softmax(x) @ v`; and without the guard a masked first chunk poisons the sum with NaN.
+#
+# ## 3. Softmax measured against the model
+#
+# The reference kernel (`kernels/softmax.py`) runs one program per row. Up to `ONE_BLOCK_MAX = 16384` it loads
+# the whole row, upcasts it to float32, reduces and writes: `2|x|`. Longer rows take the online path: a first
+# loop over the row in 4096-wide chunks, where **each lane** keeps its own running `(m, s)` (so the loop body is
+# pure elementwise work, no cross-lane reduction per chunk), lanes merged once at the end with the rule of
+# section 2; then a second loop that reads the row again and writes `exp(x − m) / s`: `3|x|`.
+#
+# The cell times, on 32768 × 4096 bf16 (256 MiB), eager PyTorch, `torch.softmax` (PyTorch's own fused kernel),
+# `torch.compile` of the eager version and the Triton kernel against `8|x|` and `2|x|` at this GPU's measured
+# copy bandwidth. Then it keeps the tensor at 2²⁷ elements and sweeps the row length from 1024 to 262144,
+# with the kernel as launched and with its online loop forced at every length, plotting the effective
+# bandwidth (`2|x|` over the time: what a one-read, one-write kernel would need to move).
+
+# %% nbgrader={"grade": false, "grade_id": "softmax-measure", "locked": true, "schema_version": 3, "solution": false}
+def softmax_online(x, block=4096):
+    """The reference kernel with its online loop forced, whatever the row length: 3|x| instead of 2|x|."""
+    y = torch.empty_like(x)
+    M, N = x.shape
+    block = min(block, triton.next_power_of_2(N))
+    ref_softmax._softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=block,
+                                      ONE_BLOCK=False, num_warps=8)
+    return y
+
+
+x_small = 10 * torch.randn(3, 5000, device=DEVICE)
+err = rel_err(softmax_online(x_small, 1024), ref_softmax.softmax_reference(x_small))
+print(f"the online loop forced on 3 x 5000 float32: relative error {err:.1e}")
+
+M_SM, N_SM = 32768, 4096
+x_bytes = M_SM * N_SM * 2
+sm_model_ms = {"eager (5 kernels)": 8 * x_bytes / (bw_gbps * 1e6),  # ms: bytes / (GB/s · 1e6)
+               "fused Triton": 2 * x_bytes / (bw_gbps * 1e6)}
+sm_ms = {}
+SM_ELEMENTS = 2**27  # 256 MiB in bf16, far past any L2
+SM_NS = [1024, 4096, 16384, 65536, 262144]
+sm_gbps = {}  # version -> effective GB/s at each row length
+if ON_GPU:
+    x = torch.randn(M_SM, N_SM, device="cuda", dtype=torch.bfloat16)
+    compiled_softmax = torch.compile(ref_softmax.softmax_eager, dynamic=False)
+    compiled_softmax(x)
+    calls = {"eager (5 kernels)": lambda: ref_softmax.softmax_eager(x),
+             "torch.softmax": lambda: torch.softmax(x, -1),
+             "torch.compile": lambda: compiled_softmax(x),
+             "fused Triton": lambda: ref_softmax.softmax(x)}
+    sm_ms = bench_interleaved(calls, rounds=3, rep=50)
+    for n in tqdm(SM_NS, desc="softmax over row lengths"):
+        x = torch.randn(SM_ELEMENTS // n, n, device="cuda", dtype=torch.bfloat16)
+        calls = {"eager (5 kernels)": lambda: ref_softmax.softmax_eager(x),
+                 "torch.softmax": lambda: torch.softmax(x, -1),
+                 "Triton as launched": lambda: ref_softmax.softmax(x),
+                 "Triton, online loop forced": lambda: softmax_online(x)}
+        for name, ms in bench_interleaved(calls, rounds=3, rep=50).items():
+            sm_gbps.setdefault(name, []).append(ref_softmax.softmax_bytes(x) / (ms * 1e6))
+    del x
+
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.2))
+names = bars_against_model(ax, sm_ms, sm_model_ms, "ms (32768 x 4096 bf16)", f"softmax, {peak_label}", ON_GPU)
+one_block = [n <= ref_softmax.ONE_BLOCK_MAX for n in SM_NS]
+bx.semilogx(SM_NS, [bw_gbps] * len(SM_NS), "k:", label="model: one block, 2|x|")
+bx.semilogx(SM_NS, [bw_gbps * 2 / 3] * len(SM_NS), "k-.", label="model: online, 3|x|")
+bx.semilogx(SM_NS, [bw_gbps * 2 / 8] * len(SM_NS), "k--", label="model: eager, 8|x|")
+bx.semilogx(SM_NS, [bw_gbps if ob else bw_gbps * 2 / 3 for ob in one_block], color="0.6", lw=6, alpha=0.4,
+            label="model: the kernel as launched")
+for (name, vals), style in zip(sm_gbps.items(), ("x-", "s-", "o-", "^-")):
+    bx.semilogx(SM_NS, vals, style, label=name)
+bx.axvline(ref_softmax.ONE_BLOCK_MAX, color="gray", lw=1)
+bx.set_xticks(SM_NS, [str(n) for n in SM_NS])
+bx.minorticks_off()
+bx.set_xlabel("row length N (2²⁷ elements in all, bf16)")
+bx.set_ylabel("effective GB/s (2|x| / time)")
+bx.set_title(peak_label + ("" if ON_GPU else " — model only, no GPU here"))
+bx.set_ylim(0, bw_gbps * 1.15)
+bx.grid(True, which="both", alpha=0.3)
+bx.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+print_against_model(names, sm_ms, sm_model_ms, 2 * x_bytes, bw_gbps)
+if ON_GPU:
+    print("\neffective GB/s by row length (fraction of copy bandwidth):")
+    for name, vals in sm_gbps.items():
+        print(f"{name:<28}" + "  ".join(f"N={n}: {g:5.0f} ({g / bw_gbps:.2f})" for n, g in zip(SM_NS, vals)))
+else:
+    print("No GPU: speed was not measured; the plot shows the model with the reference H200's copy bandwidth.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "softmax-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (figures quoted from an H200 and an H100). At 32768 × 4096 the fused kernel lands on its
+# `2|x|` line (0.95 of copy bandwidth on the H200, 0.98 on the H100), 6 to 8 times faster than eager. Eager sits
+# 1.5 to 2 times above its own `8|x|` line: the model assumes every kernel streams at copy bandwidth, and
+# PyTorch's generic reductions (`max` also returns indices) do not. `torch.softmax`, one fused kernel, reaches
+# 0.3 to 0.75 of copy bandwidth depending on the row length; `torch.compile` 0.55 to 0.8 at 4096.
+#
+# In the sweep, the kernel as launched stays near copy bandwidth up to `N = 16384` (on the H200 it drops to 0.8
+# there, likely because a whole row in registers, 64 values a thread, leaves room for fewer programs per
+# multiprocessor). Past `ONE_BLOCK_MAX` it takes the online path and lands on or somewhat below its `3|x|` line
+# (0.61 to 0.64 of copy bandwidth on the H100, 0.52 to 0.58 on the H200, against the model's 0.67). The forced
+# online loop shows what a cache can do: on the H100 it beats its `3|x|` line at 4096 and 16384 (0.71 and 0.83),
+# since the second sweep re-reads a row read microseconds before and L2 still holds part of it; on the H200 it
+# sat on the line. For rows of 1024 it falls below: two dependent sweeps over 2 KiB are latency more than
+# bandwidth. The model's line is what moving those bytes at copy bandwidth costs; a cache can beat it, and too
+# little parallelism falls short of it. That is the story at the longest rows: one program per row gives 2048
+# programs at `N = 65536` and only 512 at `N = 262144`, too few to keep enough loads in flight. Splitting a row
+# over several programs and merging their `(m, s)` pairs, the trick of section 5, is the way to recover it:
+# try it.
+#
+# ### Exercise 1: softmax over rows of any length
+# Write `softmax(x)` returning `softmax(x, dim=-1)` for a 2-D `x` of shape `(M, N)` in fp32, fp16 or bf16,
+# `y` contiguous in `x`'s dtype, with one Triton kernel:
+#
+# * one program per row; load with `other=-inf` past the row's end (so padding never wins the max and
+#   contributes `exp(−inf) = 0`), upcast to float32, and round once when you store;
+# * rows up to a block (say 16384) held whole: `2|x|`; longer rows (the grader uses up to 70001) with the
+#   online loop of section 2 and a second sweep that writes, with the `−inf` guard (about a third of some
+#   rows is `−inf`, as an attention mask leaves them);
+# * any strides: the grader passes rows that sit in a wider buffer and transposed views.
+#
+# Graded: correctness on shapes from 1 × 1 to 3 × 70001, fp32 and fp16 (bf16 too on a GPU); precision against
+# float64 at N = 256, 4096 and 65536 within 1.25 times what one rounding of the exact result costs (or float32
+# sums over N, `4·eps·√N`, if larger); performance at 32768 × 4096 bf16 as a fraction of the measured copy
+# bandwidth and a speed-up over eager; fusion: one launch, no torch arithmetic.
+
+# %% nbgrader={"grade": false, "grade_id": "softmax", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
+#
+# @triton.jit
+# def _softmax_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
+#                     ONE_BLOCK: tl.constexpr):
+#     row = tl.program_id(0).to(tl.int64)      # int64: row * stride overflows int32 on large inputs
+#     cols = tl.arange(0, BLOCK_N)
+#     if ONE_BLOCK:
+#         ...  # load the row (mask cols < N, other=-inf), float32: max, exp, sum, store e / sum
+#     else:
+#         ...  # loop over the row: per-lane running max and sum (tl.full / tl.zeros of [BLOCK_N]),
+#         ...  # merge the lanes (tl.max, tl.sum), then a second loop that writes exp(x - max) / sum
+#
+# def softmax(x):
+#     M, N = x.shape
+#     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+#     _softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=..., ONE_BLOCK=...)
+#     return y
+### BEGIN SOLUTION
+ONE_BLOCK_MAX = 16384
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
+                    ONE_BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_xm
+    y_row = y_ptr + row * stride_ym
+    cols = tl.arange(0, BLOCK_N)
+    if ONE_BLOCK:  # the whole row at once: read it, reduce it, write it
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=-float("inf")).to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(y_row + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty), mask=cols < N)
+    else:
+        # Sweep 1, the online softmax: each lane keeps its own running max and its sum of exp(x - max),
+        # rescaled by exp(old max - new max) when the max grows. Lanes are combined once at the end.
+        m = tl.full([BLOCK_N], -float("inf"), dtype=tl.float32)
+        s = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            x = tl.load(x_row + (start + cols) * stride_xn, mask=start + cols < N, other=-float("inf"))
+            m_new = tl.maximum(m, x.to(tl.float32))
+            # A lane that has seen only -inf (padding) has no max yet: measure from 0 there, since
+            # exp(-inf - -inf) would be NaN; its sum stays 0.
+            ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+            s = s * tl.exp(m - ref) + tl.exp(x.to(tl.float32) - ref)
+            m = m_new
+        row_max = tl.max(m, axis=0)
+        row_ref = tl.where(row_max == -float("inf"), 0.0, row_max)
+        total = tl.sum(s * tl.exp(m - row_ref), axis=0)
+        # Sweep 2: normalise and write.
+        for start in range(0, N, BLOCK_N):
+            x = tl.load(x_row + (start + cols) * stride_xn, mask=start + cols < N, other=-float("inf"))
+            y = tl.exp(x.to(tl.float32) - row_ref) / total
+            tl.store(y_row + start + cols, y.to(y_ptr.dtype.element_ty), mask=start + cols < N)
+
+
+def softmax_launch_settings(N: int) -> dict:
+    """Whole rows up to ONE_BLOCK_MAX in one block, longer rows in 4096 chunks. Warps: 8 for rows of 4096
+    (0.97 of copy bandwidth on an H200, 32768 x 4096 bf16; 16 warps gave 0.79, 4 gave 0.96)."""
+    if N <= ONE_BLOCK_MAX:
+        block = triton.next_power_of_2(max(N, 1))
+        return dict(BLOCK_N=block, ONE_BLOCK=True, num_warps=max(1, min(8, block // 512)))
+    return dict(BLOCK_N=4096, ONE_BLOCK=False, num_warps=8)
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """softmax(x, dim=-1) for x (M, N), any strides; y is contiguous, in x's dtype."""
+    if x.dim() != 2 or not x.is_floating_point():
+        raise ValueError(f"want a floating (M, N) tensor, got {x.dtype} of shape {tuple(x.shape)}")
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return y
+    _softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), **softmax_launch_settings(N))
+    return y
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "softmax-try", "locked": true, "schema_version": 3, "solution": false}
+check("05.softmax", softmax)
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.softmax", softmax, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.softmax", softmax, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.softmax", softmax, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_softmax_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.softmax", softmax, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 4. FlashAttention: the online softmax over key tiles
+#
+# One attention head: `O = softmax(Q·Kᵀ / √D) · V`, with `Q`, `K`, `V` and `O` of shape `N × D`. Written as
+# three steps, it materialises two `N × N` matrices per head, the scores `S` and the probabilities `P`:
+#
+# | step | memory it needs | traffic |
+# |---|---|---|
+# | `S = Q·Kᵀ / √D` | `N²` per head | reads `Q`, `K`; writes `S` |
+# | `P = softmax(S)` | another `N²` | reads `S`, writes `P` (more passes if done op by op) |
+# | `O = P·V` | | reads `P`, `V`; writes `O` |
+#
+# For batch 4, 16 heads and `N = 8192` in bf16 that is 8 GiB for `S` alone, while `Q`, `K`, `V` and `O` take
+# 512 MiB together; at `N = 16384`, 32 GiB. Memory grows as `N²`, and every pass over `S` and `P` costs time.
+#
+# The fix is section 2 with `S` computed tile by tile. A program owns `BLOCK_M` rows of `Q` (loaded once, kept
+# in registers) and walks over `K` and `V` in tiles of `BLOCK_N` keys:
+#
+# 1. `S_tile = Q_block · K_tileᵀ` on the tensor cores: `BLOCK_M × BLOCK_N`, in registers;
+# 2. per row, `m_new = max(m, rowmax(S_tile))`, `P_tile = exp(S_tile − m_new)`, `α = exp(m − m_new)`,
+#    `l = l·α + rowsum(P_tile)`;
+# 3. `acc = acc·α + P_tile · V_tile`: the running output of section 2, `BLOCK_M × D` floats in registers.
+#
+# After the last tile, `O = acc / l`, written once, and each row's log-sum-exp `m + log l` (what a backward
+# pass needs to rebuild `P` without storing it). `S` and `P` only ever exist one tile at a time, in registers.
+# Memory: `O` and the log-sum-exp, `O(N)`. HBM traffic: `Q` and `O` once, `K` and `V` once per query block
+# (re-reads that mostly hit L2). Flops: `4·N²·D` per head, the same as the naive version. At `N = 4096`,
+# `D = 128` that is about 2000 flops per byte of the minimal traffic: far right of the ridge point, so the
+# kernel's time is the tensor cores' time, and the naive version's extra passes over `S` and `P` are pure loss.
+#
+# Two details of `kernels/flash_attention.py`. It works in base 2: `exp(x) = 2^(x·log₂e)`, and `exp2` is one
+# instruction on the GPU, so the scale `log₂(e) / √D` is folded into the exponent, `p = exp2(s·c − m)` with `m`
+# kept in the same scaled units (one fused multiply-add and one `exp2` per score, `_online_softmax_step`); the
+# log-sum-exp goes back to natural log at the end. And with a **causal** mask (query `i` sees keys `j ≤ i`),
+# the key tiles wholly above the diagonal are never visited: not computed and masked, skipped. Only tiles that
+# straddle the diagonal (or the end of `K`) take the masked path. That should halve the work, plus the
+# diagonal's share.
+#
+# The cell below measures, over sequence lengths, the memory each call allocates and the time of naive
+# attention (`attention_naive`: `S` and `P` in memory), PyTorch's `scaled_dot_product_attention` (SDPA, which
+# dispatches to a FlashAttention kernel of its own on recent GPUs) and the Triton kernel, causal and not. On
+# Hopper the reference module also has `flash_attention_tma`, the same loop with its `Q`, `K`, `V` and `O` tiles
+# moved by the TMA copy engine (notebook 04, section 4); it is timed too (elsewhere it is the portable kernel).
+# Naive attention is skipped where it would not fit in the GPU's free memory. The time model: the flops at this
+# GPU's measured matmul rate, and for the naive version also one write and one read each of `S` and `P` at copy
+# bandwidth (4 passes, a floor for any version that materialises them). Without a GPU the memory part runs in
+# the interpreter at small sizes (one batch, two heads, `D = 64`, float32).
+
+# %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
+ATT_B, ATT_H, ATT_D = (4, 16, 128) if ON_GPU else (1, 2, 64)
+ATT_NS = [512, 1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256, 512]
+ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+ATT_E = ATT_DTYPE.itemsize
+NAIVE_BYTES_PER_SCORE = 12  # at its peak: S, its float32 copy, the float32 softmax (about 10 measured in bf16)
+
+
+def n_scores(n):
+    return ATT_B * ATT_H * n * n
+
+
+def att_flops(n, causal=False):
+    return 4 * ATT_B * ATT_H * n * n * ATT_D // (2 if causal else 1)
+
+
+def causal_share(n):
+    """The share of key tiles the causal kernel visits: query block i reads the tiles up to its diagonal."""
+    cfg = ref_attn.attention_launch_settings(n, ATT_D, ATT_DTYPE)
+    q_blocks, kv_tiles = math.ceil(n / cfg["BLOCK_M"]), math.ceil(n / cfg["BLOCK_N"])
+    seen = sum(math.ceil(min((i + 1) * cfg["BLOCK_M"], n) / cfg["BLOCK_N"]) for i in range(q_blocks))
+    return seen / (q_blocks * kv_tiles)
+
+
+ATT_VERSIONS = {"naive (S and P in memory)": ref_attn.attention_naive,
+                "flash (Triton)": ref_attn.flash_attention}
+if ON_GPU:
+    ATT_VERSIONS["flash (Triton, TMA path)"] = ref_attn.flash_attention_tma  # Hopper; the same kernel elsewhere
+    ATT_VERSIONS["SDPA"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+att_mem = {name: [] for name in ATT_VERSIONS}
+att_ms = {}  # "version" or "version, causal" -> ms at each N (NaN where not run)
+for n in tqdm(ATT_NS, desc="attention over sequence lengths"):
+    q, k, v = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(3))
+    naive_fits = not ON_GPU or NAIVE_BYTES_PER_SCORE * n_scores(n) < 0.9 * torch.cuda.mem_get_info()[0]
+    runnable = {name: f for name, f in ATT_VERSIONS.items() if naive_fits or not name.startswith("naive")}
+    for name in ATT_VERSIONS:
+        try:
+            used = extra_bytes(lambda: runnable[name](q, k, v, False)) if name in runnable else math.nan
+        except torch.cuda.OutOfMemoryError:  # the estimate was too hopeful: leave it out at this length
+            used = math.nan
+            runnable.pop(name)
+            torch.cuda.empty_cache()
+        att_mem[name].append(used)
+    if ON_GPU:
+        calls = {name: (lambda f=f: f(q, k, v, False)) for name, f in runnable.items()}
+        causal_calls = {f"{name}, causal": (lambda f=f: f(q, k, v, True)) for name, f in ATT_VERSIONS.items()
+                        if not name.startswith("naive")}
+        times = bench_interleaved(calls | causal_calls, rounds=3, rep=50)
+        for name in list(ATT_VERSIONS) + list(causal_calls):
+            att_ms.setdefault(name, []).append(times.get(name, math.nan))
+        torch.cuda.empty_cache()
+    del q, k, v
+
+ns = np.array(ATT_NS, dtype=float)
+model_naive_mem = 2 * ATT_E * ATT_B * ATT_H * ns**2  # S and P at once, in the inputs' dtype: the floor
+model_flash_mem = ATT_B * ATT_H * ns * (ATT_D * ATT_E + 4)  # o and the float32 log-sum-exp
+model_flash_ms = [1e3 * att_flops(n) / (peak_tflops * 1e12) for n in ATT_NS]
+model_naive_ms = [f + 1e3 * 4 * ATT_E * n_scores(n) / (bw_gbps * 1e9) for f, n in zip(model_flash_ms, ATT_NS)]
+
+fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16, 4.4))
+ax.loglog(ns, model_naive_mem / 2**20, "k--", label="model: S and P (2·N² per head)")
+ax.loglog(ns, model_flash_mem / 2**20, "k:", label="model: o and lse (O(N))")
+for (name, vals), style in zip(att_mem.items(), ("x-", "o-", "^-", "s-")):
+    ax.loglog(ns, np.array(vals) / 2**20, style, label=name)
+ax.set_xlabel("sequence length N")
+ax.set_ylabel("MiB allocated by one call")
+ax.set_title(f"memory, ({ATT_B}, {ATT_H}, N, {ATT_D}) {str(ATT_DTYPE).replace('torch.', '')}"
+             + ("" if ON_GPU else "\n(interpreter: allocations added up)"))
+bx.loglog(ns, model_flash_ms, "k:", label="model: flops / matmul peak")
+bx.loglog(ns, model_naive_ms, "k--", label="model: + 4 passes over S, P")
+for (name, vals), style in zip(att_ms.items(), ("x-", "o-", "^-", "s-", "o--", "^--", "s--")):
+    bx.loglog(ns, vals, style, label=name)
+bx.set_xlabel("sequence length N")
+bx.set_ylabel("ms")
+bx.set_title(f"time, {peak_label}" + ("" if ON_GPU else "\nmodel only, no GPU here"))
+cx.semilogx(ns, [causal_share(n) for n in ATT_NS], "k--", label="model: share of key tiles visited")
+for name in ("flash (Triton)", "flash (Triton, TMA path)", "SDPA"):
+    if f"{name}, causal" in att_ms:
+        cx.semilogx(ns, np.array(att_ms[f"{name}, causal"]) / np.array(att_ms[name]), "o-", label=name)
+cx.axhline(0.5, color="gray", lw=1)
+cx.set_ylim(0, 1.05)
+cx.set_xlabel("sequence length N")
+cx.set_ylabel("causal time / full time")
+cx.set_title("what the causal mask saves" + ("" if ON_GPU else " (model only)"))
+for a in (ax, bx, cx):
+    a.set_xticks(ATT_NS, [str(n) for n in ATT_NS])
+    a.minorticks_off()
+    a.grid(True, which="both", alpha=0.3)
+    a.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, n in enumerate(ATT_NS):
+    mem = ", ".join(f"{name} {vals[i] / 2**20:.4g}" for name, vals in att_mem.items())
+    line = (f"N={n:<6} MiB: {mem} (model: S and P {model_naive_mem[i] / 2**20:.4g}, "
+            f"o and lse {model_flash_mem[i] / 2**20:.4g})")
+    if ON_GPU:
+        line += "\n         ms: " + ", ".join(f"{name} {vals[i]:.3f}" for name, vals in att_ms.items())
+        line += f" (model: {model_flash_ms[i]:.3f} at the matmul peak)"
+    print(line)
+if not ON_GPU:
+    print("No GPU: time was not measured; memory was counted in the interpreter at the small sizes above.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (figures quoted from an H200 and an H100, which agree closely here). Memory: the naive
+# version on a line of slope 2 (doubling `N` quadruples it), 2.5 times the model's floor: at its peak it holds
+# `S` in bf16, a float32 copy and the float32 softmax, 10 bytes a score, 40 GiB at `N = 8192`; at 16384 it
+# would need 160 GiB and is skipped. The Triton kernel sits exactly on its `O(N)` line (`o` and `lse`, 130 MiB
+# at 8192), SDPA just below it (it returns no `lse`). Time: SDPA at 1.1 to 1.15 times the flops line from
+# `N = 4096` on, the Triton kernel at about 0.8 of SDPA's speed, naive attention about 7 times above its own
+# model line and about 20 times slower than the Triton kernel at 4096. The TMA path matches the portable
+# kernel from 2048 on (and gains a few percent at 16384); at the shortest lengths it is slower, as building its
+# descriptors on the host takes longer than the kernel itself. The causal ratio falls towards one half as `N`
+# grows (0.62 at 4096, 0.52 at 16384 for the portable kernel), above the tile count at moderate lengths: the
+# query blocks near the end of the sequence have the most tiles and finish last, and the TMA kernel, which
+# launches them first, gets closer to the model (0.56, then 0.50). At 512 and 1024 tokens every version is
+# launch- and latency-bound, and the mask saves little.
+#
+# ### Exercise 2: FlashAttention forward
+# Write `flash_attention(q, k, v, causal)` returning `(o, lse)`: `o = softmax(q·kᵀ / √D) · v` over the last two
+# dimensions of `q (B, H, N, D)` and `k, v (B, H, N_kv, D)`, in `q`'s dtype; `lse (B, H, N)` float32, each
+# row's natural log-sum-exp of the scaled scores. One Triton kernel:
+#
+# * a program per (block of `BLOCK_M` queries, batch × head): `grid = (cdiv(N, BLOCK_M), B·H)`;
+# * the loop of the markdown above, with `m`, `l` and `acc` in float32; `p` rounded to `v`'s dtype only as
+#   the operand of `tl.dot(p, v)`; `input_precision="ieee"` for float32;
+# * causal: query `i` sees keys `j ≤ i`; skip the tiles above the diagonal, mask the ones across it;
+# * any `N`, `N_kv` (mask the ragged ends), `D` in 16…256, any strides: the grader passes `(B, N, H, D)`
+#   buffers seen as `(B, H, N, D)`, as a model's projections leave them.
+#
+# `tl.dot` needs both tile sides to be at least 16. Graded: correctness on shapes from 1 × 1 × 1 × 16 up,
+# causal and not; precision against float64 for `N` = 64 to 1024 within 2.5 times one rounding (the rounding
+# of `p` costs about one more); performance at (4, 16, 4096, 128) bf16 as a fraction of SDPA's speed on this
+# GPU, and faster than the naive version; fusion: one launch.
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
+#
+# @triton.jit
+# def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
+#                             stride_qb, stride_qh, stride_qn, stride_qd, ...,  # k, v and o strides alike
+#                             qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+#                             CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+#     block_m, bh = tl.program_id(0), tl.program_id(1)
+#     ...  # pointers: this head's q rows (load once), K as a (HEAD_DIM, BLOCK_N) tile, V as (BLOCK_N, HEAD_DIM)
+#     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+#     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+#     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+#     for start in range(0, ..., BLOCK_N):  # causal: stop at the diagonal
+#         ...  # s = tl.dot(q, k), -inf where masked; then the online step, in base 2:
+#         ...  # m_new = max(m_i, rowmax(s) * qk_scale); p = tl.math.exp2(s * qk_scale - m_new[:, None])
+#         ...  # alpha = tl.math.exp2(m_i - m_new); l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p @ v
+#     ...  # store acc / l_i[:, None] and the log-sum-exp (natural log: divide a base-2 one by log2(e))
+#
+# def flash_attention(q, k, v, causal=False):
+#     B, H, N, D = q.shape
+#     o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+#     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+#     grid = (triton.cdiv(N, BLOCK_M), B * H)
+#     ...  # launch with q, k, v, o strides and qk_scale = 1.4426950408889634 / math.sqrt(D)
+#     return o, lse
+### BEGIN SOLUTION
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _online_softmax_step(s, m_i, l_i, qk_scale):
+    # s: raw scores q·k of one key tile (-inf where masked). In base 2: exp2 is one instruction, and
+    # scale-and-subtract is one fused multiply-add per score.
+    m_new = tl.maximum(m_i, tl.max(s, axis=1) * qk_scale)
+    p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old max
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stride_kn, stride_vn, qk_scale,
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    # Keys lo .. hi, BLOCK_N at a time. MASKED: the tiles that straddle the diagonal or the end of K/V.
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + offs_n
+        if MASKED:
+            k = tl.load(k_ptrs, mask=cols[None, :] < n_kv, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = tl.dot(q, k, input_precision=PRECISION)
+        if MASKED:
+            keep = cols[None, :] < n_kv
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= cols[None, :])
+            s = tl.where(keep, s, -float("inf"))
+        p, alpha, m_i, l_i = _online_softmax_step(s, m_i, l_i, qk_scale)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=cols[:, None] < n_kv, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
+                            stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                            stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on,
+                            qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    block_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < N, other=0.0)
+    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # Key tiles wholly visible to every row of this block need no mask; then the tiles that straddle the
+    # diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
+    if CAUSAL:
+        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
+    else:
+        full = N_KV // BLOCK_N * BLOCK_N
+        end = N_KV
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, 0, full, N_KV, stride_kn, stride_vn,
+                            qk_scale, BLOCK_N, False, CAUSAL, PRECISION)
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, full, end, N_KV, stride_kn,
+                            stride_vn, qk_scale, BLOCK_N, True, CAUSAL, PRECISION)
+    o = acc / l_i[:, None]
+    o_ptrs = o_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
+    tl.store(o_ptrs, o.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < N)
+    lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634  # back to natural log
+    tl.store(lse_ptr + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+
+
+def attention_launch_settings(n: int, head_dim: int, dtype: torch.dtype) -> dict:
+    """Query and key tiles by head size, chosen by timing on an H200; float32 tiles take twice the room."""
+    if dtype == torch.float32 or n <= 64:
+        return dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)
+    if head_dim <= 64:
+        return dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+
+
+def _check_attention_inputs(q, k, v, causal: bool):
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"want q (B, H, N, D) and k, v (B, H, N_kv, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise ValueError(f"q, k and v must share a floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    D, N, n_kv = q.shape[3], q.shape[2], k.shape[2]
+    if D not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head_dim {D} is not supported: use 16, 32, 64, 128 or 256")
+    if causal and n_kv != N:
+        raise ValueError(f"causal attention here needs as many keys as queries, got N={N}, N_kv={n_kv}")
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False):
+    """(o, lse): attention over the last two dimensions of q (B, H, N, D) and k, v (B, H, N_kv, D)."""
+    _check_attention_inputs(q, k, v, causal)
+    B, H, N, D = q.shape
+    n_kv = k.shape[2]
+    o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    if N == 0 or B * H == 0:
+        return o, lse
+    cfg = attention_launch_settings(N, D, q.dtype)
+    grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
+    _flash_attention_kernel[grid](
+        q, k, v, o, lse, H, N, n_kv, *q.stride(), *k.stride(), *v.stride(), *o.stride()[:3],
+        LOG2E / math.sqrt(D), HEAD_DIM=D, CAUSAL=causal, PRECISION="ieee" if q.dtype == torch.float32 else None,
+        **cfg)
+    return o, lse
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention-try", "locked": true, "schema_version": 3, "solution": false}
+check("05.flash_attention", flash_attention)
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.flash_attention", flash_attention, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.flash_attention", flash_attention, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.flash_attention", flash_attention, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.flash_attention", flash_attention, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 5. The same pattern beyond attention: cross-entropy without the logits
+#
+# A language model's last layer turns hidden states `h (M, K)` into logits `h·Wᵀ (M, V)` over a vocabulary of
+# `V` words, and training takes the cross-entropy of each row against its target word `t`:
+# `loss_i = logsumexp_v(z_iv) − z_{i,t_i}` with `z = h·Wᵀ`. The loss is one number a row, yet PyTorch computes
+# it from the whole logits matrix: 8192 tokens × 128256 words (Llama 3's vocabulary) is 2 GiB in bf16, 4 GiB
+# once cast to float32 for the loss, and `F.cross_entropy` adds its own float32 log-softmax. Several GiB of
+# temporaries for a vector of 8192 numbers, more than the rest of the model's activations at that size.
+#
+# A log-sum-exp over a row produced tile by tile is the online softmax's `(m, s)` again. The fused version
+# (`kernels/linear_cross_entropy.py`) has two kernels:
+#
+# 1. **tile statistics**: a program computes one `BLOCK_M × BLOCK_V` tile of logits with notebook 04's GEMM
+#    (`grouped_tile`, `tile_dot`, the float32 accumulator). In its epilogue, instead of storing the tile, it
+#    reduces each row to `(max, Σ exp(z − max))` over its `BLOCK_V` words, and picks out the target's logit if
+#    the target falls in this tile. It writes two floats per row and tile.
+# 2. **combine**: a program per row merges that row's `V / BLOCK_V` pairs with the rule of section 2 and writes
+#    `m + log s − z_target`.
+#
+# Why not one kernel whose programs loop over the whole vocabulary, as FlashAttention loops over keys? With
+# 8192 rows in blocks of 128 there would be only 64 programs for 132 multiprocessors, each looping over 128256
+# words. Splitting `V` over programs gives thousands of tiles; the price is a small array of partial pairs,
+# `2·M·V / BLOCK_V` floats (about 31 MiB here, against 4 GiB of float32 logits), and a second tiny launch.
+# The merge being associative is what makes the split free.
+#
+# The cell measures the memory one call allocates (outputs included) against `V` for eager PyTorch and the
+# fused version, with the float32 logits' size and the fused model (`partials + targets' logits + loss`), and
+# on a GPU the time at the largest `V` against the model: the product `2·M·V·K` at the matmul peak for the
+# fused version, plus roughly 16 bytes per logit of extra passes for eager (write the bf16 logits, cast them
+# to float32, the log-softmax's read and write). `torch.compile` is measured there too, and so is
+# `linear_cross_entropy_tma`, whose tile-statistics kernel is notebook 04's persistent TMA GEMM on Hopper.
+
+# %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
+CE_M, CE_K = (8192, 4096) if ON_GPU else (64, 64)
+CE_VS = [16384, 32768, 65536, 128256] if ON_GPU else [1024, 4096, 16384]
+CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+
+
+def ce_model_bytes(v):
+    """What the fused version allocates: a (max, sum) pair per row and tile, the targets' logits, the loss."""
+    block_v = ref_ce.ce_launch_settings(CE_M, v, CE_K, CE_DTYPE.itemsize)["BLOCK_V"]
+    return 4 * (2 * CE_M * math.ceil(v / block_v) + 2 * CE_M)
+
+
+h = torch.randn(CE_M, CE_K, device=DEVICE, dtype=CE_DTYPE)
+ce_mem = {"eager (logits in memory)": [], "fused Triton": []}
+for v in tqdm(CE_VS, desc="cross-entropy memory over vocabulary sizes"):
+    w = (torch.randn(v, CE_K, device=DEVICE) / CE_K**0.5).to(CE_DTYPE)
+    targets = torch.randint(0, v, (CE_M,), device=DEVICE)
+    loss = ref_ce.linear_cross_entropy(h, w, targets)  # first call: compilation stays out of the count
+    diff = (loss - ref_ce.linear_cross_entropy_eager(h.float(), w.float(), targets)).abs().max()
+    print(f"V={v}: fused loss against eager PyTorch in float32, largest difference {float(diff):.2e}")
+    eager_bytes = extra_bytes(lambda: ref_ce.linear_cross_entropy_eager(h, w, targets))
+    ce_mem["eager (logits in memory)"].append(eager_bytes)
+    ce_mem["fused Triton"].append(extra_bytes(lambda: ref_ce.linear_cross_entropy(h, w, targets)))
+
+ce_ms = {}
+gemm_ms = 1e3 * 2 * CE_M * CE_VS[-1] * CE_K / (peak_tflops * 1e12)
+ce_model_ms = {"eager": gemm_ms + 1e3 * 16 * CE_M * CE_VS[-1] / (bw_gbps * 1e9), "fused Triton": gemm_ms,
+               "fused Triton (TMA path)": gemm_ms, "cuBLAS logits alone": gemm_ms}
+if ON_GPU:
+    compiled_ce = torch.compile(ref_ce.linear_cross_entropy_eager, dynamic=False)
+    calls = {"cuBLAS logits alone": lambda: h @ w.t(),
+             "eager": lambda: ref_ce.linear_cross_entropy_eager(h, w, targets),
+             "torch.compile": lambda: compiled_ce(h, w, targets),
+             "fused Triton": lambda: ref_ce.linear_cross_entropy(h, w, targets),
+             "fused Triton (TMA path)": lambda: ref_ce.linear_cross_entropy_tma(h, w, targets)}
+    print("compiling the eager version with torch.compile ...")
+    compiled_ce(h, w, targets)
+    ce_mem_last = {name: extra_bytes(f) for name, f in calls.items()}
+    ce_ms = bench_interleaved(calls, rounds=3, rep=100)
+
+vs = np.array(CE_VS, dtype=float)
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.4))
+ax.loglog(vs, 4 * CE_M * vs / 2**20, "k--", label="the float32 logits (4·M·V bytes)")
+ax.loglog(vs, [ce_model_bytes(v) / 2**20 for v in CE_VS], "k:", label="model: fused (partials, targets, loss)")
+for (name, vals), style in zip(ce_mem.items(), ("x-", "o-")):
+    ax.loglog(vs, np.array(vals) / 2**20, style, label=name)
+ax.set_xticks(CE_VS, [str(v) for v in CE_VS])
+ax.minorticks_off()
+ax.set_xlabel("vocabulary size V")
+ax.set_ylabel("MiB allocated by one call")
+ax.set_title(f"memory, M = {CE_M}, K = {CE_K}, {str(CE_DTYPE).replace('torch.', '')}"
+             + ("" if ON_GPU else "\n(interpreter: allocations added up)"))
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+names = list(ce_ms) if ON_GPU else list(ce_model_ms)
+bx.barh(names, [ce_ms.get(n, 0) for n in names], color="C0", label="measured")
+labelled = False
+for i, n in enumerate(names):
+    if n in ce_model_ms:
+        bx.plot([ce_model_ms[n]] * 2, [i - 0.4, i + 0.4], "k--", lw=2,
+                label=None if labelled else "model: the product at the matmul peak (+ passes over the logits)")
+        labelled = True
+bx.set_xlabel(f"ms (M = {CE_M}, K = {CE_K}, V = {CE_VS[-1]})")
+bx.set_title(peak_label + ("" if ON_GPU else " — model only, no GPU here"))
+bx.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, v in enumerate(CE_VS):
+    print(f"V={v:<7} eager {ce_mem['eager (logits in memory)'][i] / 2**20:9.1f} MiB, fused "
+          f"{ce_mem['fused Triton'][i] / 2**20:7.2f} MiB (model {ce_model_bytes(v) / 2**20:.2f}); "
+          f"float32 logits {4 * CE_M * v / 2**20:.1f} MiB")
+if ON_GPU:
+    print(f"\nV={CE_VS[-1]}, time and memory of one call:")
+    for name in names:
+        model = f" (model {ce_model_ms[name]:.2f} ms)" if name in ce_model_ms else ""
+        print(f"{name:<22} {ce_ms[name]:7.2f} ms = {2 * CE_M * CE_VS[-1] * CE_K / (ce_ms[name] * 1e9):5.0f} "
+              f"TFLOP/s, {ce_mem_last[name] / 2**30:6.2f} GiB allocated{model}")
+else:
+    print("No GPU: time was not measured; memory was counted in the interpreter at the small sizes above.")
+del h, w, targets
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (figures quoted from an H200 and an H100). Eager's memory grows with `V` at twice the float32
+# logits (the float32 copy and the log-softmax alive together): 7.8 GiB at `V = 128256`. The fused version's
+# sits on its model's line, `2 / BLOCK_V` of the float32 logits: 31 MiB, 250 times less. `torch.compile` fuses
+# the cast and the log-softmax but still holds the 2 GiB of bf16 logits the matrix product writes; only a
+# kernel that reduces each tile in the product's epilogue avoids them. In time, the portable fused kernel costs
+# what its GEMM costs (notebook 04's pointer kernel runs at 75 to 80% of cuBLAS: 1.3 to 1.4 times the bare
+# product here). The TMA path, about 1.1 times the bare product, is on par with `torch.compile` (a few percent
+# either way) and 1.3 to 1.45 times faster than eager, with 60 times less memory than the one and 250 times
+# less than the other.
+#
+# ### Exercise 3: linear layer fused with cross-entropy
+# Write `linear_cross_entropy(h, w, targets)` returning the per-row loss `logsumexp(h·wᵀ) − (h·wᵀ)[target]`,
+# float32 of shape `(M,)`, for `h (M, K)`, `w (V, K)` (an `nn.Linear` weight, so the product reads it
+# transposed: swap its strides) and integer `targets (M,)` (int64 or int32), without ever holding the logits:
+#
+# * a kernel over `BLOCK_M × BLOCK_V` logit tiles (notebook 04's `grouped_tile` and `tile_dot` are imported
+#   above); mask the logits past `V` to `−inf`; write each row's tile max and sum of `exp(z − max)`, and the
+#   target's logit from the one tile that holds it;
+# * a second kernel (or a loop) that merges each row's partial pairs with the online rule, in float32;
+# * the logits stay in float32 from the accumulator on: rounding them to the inputs' dtype costs precision.
+#
+# Graded: correctness on shapes from 1 × 1 × 1 up, logits of spread 40 (where `exp` overflows float32
+# without the max), int32 targets, padded `h`; precision for `V` up to 64000 within 1.5 times one rounding
+# (or float32 accumulation over `K`); memory: what one call allocates at 4096 × 1024 → 32768 bf16, outputs
+# included, must stay under one eighth of the float32 logits (on the CPU a smaller shape).
+
+# %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
+#
+# @triton.jit
+# def _logit_tile_stats_kernel(h_ptr, w_ptr, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, M, V, K, stride_hm, stride_hk,
+#                              stride_wv, stride_wk, n_vtiles, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+#                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+#     pid_m, pid_v = grouped_tile(tl.program_id(0), M, V, BLOCK_M, BLOCK_V, GROUP_M)
+#     ...  # rm, rv; logits = tile_dot(h_ptr, w_ptr, rm, rv, ..., stride_wk, stride_wv, ...)  # w read as wᵀ
+#     ...  # per row: the tile's max and sum of exp(logit - max) -> part_m, part_s[row, pid_v];
+#     ...  # the target's logit -> tgt[row], from the one tile that holds it
+#
+# @triton.jit
+# def _combine_kernel(part_m_ptr, part_s_ptr, tgt_ptr, loss_ptr, M, n_vtiles, BLOCK_T: tl.constexpr):
+#     ...  # one row: merge its n_vtiles (max, sum) pairs online; loss = max + log(sum) - target's logit
+#
+# def linear_cross_entropy(h, w, targets):
+#     ...  # allocate loss (M,) and the partials (M, n_vtiles) in float32; launch both kernels
+### BEGIN SOLUTION
+@triton.jit
+def _tile_stats(logits, rm, off_v, part, M, V, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, n_parts,
+                WIDTH: tl.constexpr):
+    # The GEMM's epilogue on a tile of logits for words off_v .. off_v + WIDTH: its share of each row's
+    # softmax statistics, in float32, stored as partial number `part` of the row; and the target's logit
+    # when it falls in this tile (exactly one tile holds it).
+    rv = off_v + tl.arange(0, WIDTH)
+    logits = tl.where(rv[None, :] < V, logits, -float("inf"))
+    tile_max = tl.max(logits, axis=1)
+    tile_sum = tl.sum(tl.exp(logits - tile_max[:, None]), axis=1)
+    rows = rm < M
+    where = rm.to(tl.int64) * n_parts + part
+    tl.store(part_m_ptr + where, tile_max, mask=rows)
+    tl.store(part_s_ptr + where, tile_sum, mask=rows)
+    target = tl.load(t_ptr + rm, mask=rows, other=-1)
+    here = (target >= off_v) & (target < off_v + WIDTH) & rows
+    picked = tl.sum(tl.where(rv[None, :] == target[:, None], logits, 0.0), axis=1)
+    tl.store(tgt_ptr + rm, picked, mask=here)
+
+
+@triton.jit
+def _logit_tile_stats_kernel(h_ptr, w_ptr, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, M, V, K, stride_hm, stride_hk,
+                             stride_wv, stride_wk, n_vtiles, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    pid_m, pid_v = grouped_tile(tl.program_id(0), M, V, BLOCK_M, BLOCK_V, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rv = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    # w is (V, K): read it as the (K, V) matrix wᵀ by swapping its strides; no transpose is materialised.
+    logits = tile_dot(h_ptr, w_ptr, rm, rv, M, V, K, stride_hm, stride_hk, stride_wk, stride_wv,
+                      BLOCK_M, BLOCK_V, BLOCK_K, PRECISION)
+    _tile_stats(logits, rm, pid_v * BLOCK_V, pid_v, M, V, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, n_vtiles, BLOCK_V)
+
+
+@triton.jit
+def _combine_kernel(part_m_ptr, part_s_ptr, tgt_ptr, loss_ptr, M, n_vtiles, BLOCK_T: tl.constexpr):
+    # One row: fold its tiles' (max, sum) pairs into the log-sum-exp, online, BLOCK_T tiles at a time.
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_T)
+    m = tl.full([BLOCK_T], -float("inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK_T], dtype=tl.float32)
+    for start in range(0, n_vtiles, BLOCK_T):
+        valid = start + offs < n_vtiles
+        pm = tl.load(part_m_ptr + row * n_vtiles + start + offs, mask=valid, other=-float("inf"))
+        ps = tl.load(part_s_ptr + row * n_vtiles + start + offs, mask=valid, other=0.0)
+        m_new = tl.maximum(m, pm)
+        ref = tl.where(m_new == -float("inf"), 0.0, m_new)  # no tile seen yet in this lane: avoid -inf - -inf
+        s = s * tl.exp(m - ref) + ps * tl.exp(pm - ref)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    total = tl.sum(s * tl.exp(m - row_max), axis=0)
+    tl.store(loss_ptr + row, row_max + tl.log(total) - tl.load(tgt_ptr + row))
+
+
+def ce_launch_settings(M: int, V: int, K: int, element_size: int = 2) -> dict:
+    """The prefill tile of notebook 04's GEMM, narrower in V for float32 (twice the shared memory)."""
+    if element_size > 2:
+        return dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
+    if M <= 256:
+        return dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=4)
+    return dict(BLOCK_M=128, BLOCK_V=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4)
+
+
+def _check_inputs(h, w, targets) -> tuple[int, int, int]:
+    if h.dim() != 2 or w.dim() != 2 or h.shape[1] != w.shape[1]:
+        raise ValueError(f"want h (M, K) and w (V, K), got {tuple(h.shape)} and {tuple(w.shape)}")
+    if h.dtype != w.dtype or not h.is_floating_point():
+        raise ValueError(f"h and w must share a floating dtype, got {h.dtype} and {w.dtype}")
+    if targets.shape != (h.shape[0],) or targets.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"want integer targets of shape ({h.shape[0]},), got {targets.dtype} {tuple(targets.shape)}")
+    M, K = h.shape
+    V = w.shape[0]
+    if M and (int(targets.min()) < 0 or int(targets.max()) >= V):
+        raise ValueError(f"targets must lie in [0, {V}), got values from {int(targets.min())} to {int(targets.max())}")
+    return M, K, V
+
+
+def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-row cross-entropy of the logits h @ w.T against targets, never holding the logits: loss (M,) float32."""
+    M, K, V = _check_inputs(h, w, targets)
+    loss = torch.empty(M, dtype=torch.float32, device=h.device)
+    if M == 0:
+        return loss
+    cfg = ce_launch_settings(M, V, K, h.element_size())
+    n_vtiles = triton.cdiv(V, cfg["BLOCK_V"])
+    part_m = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
+    part_s = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
+    tgt = torch.empty(M, dtype=torch.float32, device=h.device)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * n_vtiles,)
+    _logit_tile_stats_kernel[grid](h, w, targets, part_m, part_s, tgt, M, V, K, h.stride(0), h.stride(1), w.stride(0),
+                                   w.stride(1), n_vtiles, PRECISION=dot_precision(h.dtype), **cfg)
+    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_vtiles, BLOCK_T=min(1024, triton.next_power_of_2(n_vtiles)))
+    return loss
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy-try", "locked": true, "schema_version": 3, "solution": false}
+check("05.linear_cross_entropy", linear_cross_entropy)
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.linear_cross_entropy", linear_cross_entropy, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.linear_cross_entropy", linear_cross_entropy, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.linear_cross_entropy", linear_cross_entropy, criteria=["memory"]).assert_passed("memory")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
+# ## What to take away
+#
+# * A reduction over a whole row is a barrier: nothing can be written until the whole row has been read. A
+#   row that fits in registers costs one read and one write (`2|x|`, against `8|x|` op by op); a longer one
+#   costs a second read (`3|x|`), and one program per row then leaves too few programs to keep HBM busy.
+# * The online softmax keeps `(m, s)` and rescales `s` by `exp(m_old − m_new)` when the max grows; the same
+#   rule merges partial results in any order, across lanes, loop steps and programs, and rescales a running
+#   weighted sum along with `s`.
+# * FlashAttention is that rule inside a loop over key tiles: scores and probabilities exist one tile at a time
+#   in registers, memory is `O(N)` instead of `O(N²)`, the time is the tensor cores', and a causal mask halves
+#   it when the tiles above the diagonal are skipped rather than masked.
+# * Any reduction over the output of a matrix product can be fused into the product's epilogue the same way:
+#   a cross-entropy over a 128k vocabulary needs per-tile `(max, sum)` pairs, not the logits.
