@@ -26,7 +26,7 @@ def _write(tmp_path, cells, name=NB):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["01_hbm_cost_model", "02_vertical_fusion"])
+@pytest.mark.parametrize("name", ["01_hbm_cost_model", "02_vertical_fusion", "05_streaming_reduction_fusion"])
 def test_solution_passes_every_gradable_criterion(root, name):
     from autograder import registry
 
