@@ -206,11 +206,12 @@ ATTENTION_TMA_SETTINGS = (
 
 def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         settings: tuple | None = None):
-    """flash_attention through the TMA engine on Hopper, for 16-bit inputs whose last dimension is contiguous;
-    the portable kernel elsewhere. Same outputs."""
+    """flash_attention through the TMA engine on Hopper, for 16-bit inputs whose last dimension is contiguous
+    and sequences of 2048 or more (below that, building four descriptors on the host each call costs more
+    than the copy engine saves); the portable kernel elsewhere. Same outputs."""
     _check_attention_inputs(q, k, v, causal)
     if not (q.dtype in (torch.float16, torch.bfloat16) and hopper_or_newer(q.device)
-            and all(tma_ready(t) for t in (q, k, v)) and q.shape[2] > 64):
+            and all(tma_ready(t) for t in (q, k, v)) and min(q.shape[2], k.shape[2]) >= 2048):
         return flash_attention(q, k, v, causal)
     return _launch_attention_tma(q, k, v, causal, settings or ATTENTION_TMA_SETTINGS)
 

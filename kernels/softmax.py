@@ -2,7 +2,7 @@
 
 y[i, j] = exp(x[i, j] - max_i) / sum_j exp(x[i, j] - max_i) for x (M, N). Bytes through HBM:
     PyTorch, op by op:  max (read x), x - max (read x, write t), exp (read t, write e), sum (read e),
-                        e / s (read e, write y)                                         7|x| + tiny
+                        e / s (read e, write y)                                         8|x| + tiny
     fused, row in one block:  read x once, write y once                                 2|x|
     fused, row longer than one block:  a first sweep keeps a running max m and a running sum s,
         rescaling s by exp(m_old - m_new) whenever the max grows (the online softmax); a second sweep
