@@ -19,7 +19,7 @@ from .report import FAILED, PASSED, SKIPPED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise, Shape
-from .timing import bench_ms, peak_extra_bytes, synced_ms
+from .timing import bench_ms, extra_bytes, synced_ms
 
 MAX_LISTED = 5
 
@@ -662,20 +662,9 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     try:
         fn(*args)  # warm-up: compilation and autotuning stay out of the measurement
         _sync()
-        if runtime.has_gpu():
-            def call():
-                with launches:
-                    return fn(*args)
-
-            out, extra = peak_extra_bytes(call)
-            how = "the CUDA allocator's peak"
-        else:
-            from .sandbox import AllocationMeter
-
-            with launches, AllocationMeter(launches) as meter, np.errstate(all="ignore"):
-                out = fn(*args)
-            extra = meter.bytes
-            how = "every allocation added up (the interpreter: an upper bound of the peak)"
+        out, extra = extra_bytes(lambda: fn(*args), launches)
+        how = ("the CUDA allocator's peak" if runtime.has_gpu() else
+               "every allocation added up (the interpreter: an upper bound of the peak)")
     except Exception as exc:
         return CriterionResult("memory", FAILED, _student_error(exc, ex.function))
     expected = _as_tuple(ex.reference(**inputs))

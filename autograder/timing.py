@@ -83,6 +83,29 @@ def peak_extra_bytes(fn):
     return result, torch.cuda.max_memory_allocated() - before
 
 
+def extra_bytes(fn, launches=None):
+    """(fn(), the bytes that call allocates beyond what was allocated before it, its outputs included).
+
+    On a GPU the caching allocator's peak (exact). In Triton's interpreter every storage torch creates during
+    the call, added up: an upper bound of the peak, since a tensor freed early still counts; storages created
+    inside a kernel launch (the interpreter's copies of the arguments) do not, which is what `launches` (a
+    sandbox.TritonLaunches, made here when not given) tells apart."""
+    import numpy as np
+
+    from .sandbox import AllocationMeter, TritonLaunches
+
+    launches = launches if launches is not None else TritonLaunches()
+    if runtime.has_gpu():
+        def call():
+            with launches:
+                return fn()
+
+        return peak_extra_bytes(call)
+    with launches, AllocationMeter(launches) as meter, np.errstate(all="ignore"):
+        result = fn()
+    return result, meter.bytes
+
+
 def gbps(n_bytes: float, ms: float) -> float:
     return n_bytes / (ms * 1e-3) / 1e9
 

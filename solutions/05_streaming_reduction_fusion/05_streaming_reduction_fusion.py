@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from autograder import check, runtime
 from autograder.plots import bars_against_model, peaks, print_against_model
-from autograder.sandbox import AllocationMeter, TritonLaunches
+from autograder.timing import extra_bytes as measured_extra_bytes
 from kernels import flash_attention as ref_attn
 from kernels import linear_cross_entropy as ref_ce
 from kernels import softmax as ref_softmax
@@ -60,19 +60,13 @@ ON_GPU = runtime.has_gpu()
 DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
 if ON_GPU:
-    from autograder.timing import bench_interleaved, peak_extra_bytes
+    from autograder.timing import bench_interleaved
 
 
 def extra_bytes(fn) -> int:
-    """Bytes one call of fn allocates beyond what was allocated before it, its outputs included. On a GPU: the
-    CUDA allocator's peak. In the interpreter: every storage torch creates during the call, added up (an
-    upper bound of the peak, since a tensor freed early still counts)."""
-    if ON_GPU:
-        return peak_extra_bytes(fn)[1]
-    launches = TritonLaunches()  # the interpreter copies a kernel's arguments; that is not the call's memory
-    with launches, AllocationMeter(launches) as meter:
-        fn()
-    return meter.bytes
+    """Bytes one call of fn allocates beyond what was allocated before it, its outputs included: the CUDA
+    allocator's peak on a GPU; in the interpreter every storage torch creates during the call, added up."""
+    return measured_extra_bytes(fn)[1]
 
 
 def rel_err(got, exact):
