@@ -63,8 +63,8 @@ if ON_GPU:
 #
 # | | HBM traffic | launches |
 # |---|---|---|
-# | unfused | `k·|X| + Σ|Yᵢ|` | `k` |
-# | fused | `|X| + Σ|Yᵢ|` | 1 |
+# | unfused | `k·\|X\| + Σ\|Yᵢ\|` | `k` |
+# | fused | `\|X\| + Σ\|Yᵢ\|` | 1 |
 #
 # The saving, `(k − 1)·|X|`, is large when the outputs are small next to the input (statistics of rows) and
 # small when something else dominates the traffic (a weight matrix, or a GEMM's arithmetic).

@@ -241,11 +241,11 @@ else:
 #
 # | kernel | reads | writes | traffic |
 # |---|---|---|---|
-# | `y = addmm(b, x, W)` (cuBLAS, bias in its epilogue) | `x`, `W`, `b` | `y` | `|x| + |W| + |y|` |
-# | `g = gelu(y)` | `y` | `g` | `2|y|` |
-# | `out = g + r` | `g`, `r` | `out` | `3|y|` |
-# | **in all** | | | **`|x| + |W| + 6|y|`**, 3 launches |
-# | fused: one GEMM whose epilogue adds `b`, applies GELU, adds `r` | `x`, `W`, `b`, `r` | `out` | **`|x| + |W| + 2|y|`**, 1 launch |
+# | `y = addmm(b, x, W)` (cuBLAS, bias in its epilogue) | `x`, `W`, `b` | `y` | `\|x\| + \|W\| + \|y\|` |
+# | `g = gelu(y)` | `y` | `g` | `2\|y\|` |
+# | `out = g + r` | `g`, `r` | `out` | `3\|y\|` |
+# | **in all** | | | **`\|x\| + \|W\| + 6\|y\|`**, 3 launches |
+# | fused: one GEMM whose epilogue adds `b`, applies GELU, adds `r` | `x`, `W`, `b`, `r` | `out` | **`\|x\| + \|W\| + 2\|y\|`**, 1 launch |
 #
 # (A bias added as its own kernel, `x @ W + b`, costs two more passes: `8|y|`.) The saving, `4|y|`, is
 # bytes; the arithmetic, `2·M·N·K` flops, is the same. So the model's answer depends on which of the two
@@ -550,8 +550,8 @@ else:
 #
 # | | traffic | launches |
 # |---|---|---|
-# | PyTorch: two GEMMs, `silu`, multiply | `2|x| + 2|W| + 7|h|` | 4 |
-# | fused | `|x| + 2|W| + |h|` | 1 |
+# | PyTorch: two GEMMs, `silu`, multiply | `2\|x\| + 2\|W\| + 7\|h\|` | 4 |
+# | fused | `\|x\| + 2\|W\| + \|h\|` | 1 |
 #
 # Two accumulators cost the registers of one tile twice as wide: `128 × 128 × 2` is the `128 × 256` of
 # section 1. The cell measures a Llama-2-7B MLP (`4096 → 11008`) at decode and prefill against the model.
