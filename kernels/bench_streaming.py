@@ -185,11 +185,10 @@ def sweep(progress):
                     num_warps=warps, num_stages=stages)
                 return o
             settings[f"pointer {bm}x{bn} w{warps} s{stages}"] = run
-        for bm, bn, warps, stages, ws in ((128, 64, 8, 3, False), (128, 64, 8, 4, False), (128, 128, 8, 3, False),
-                                          (128, 128, 8, 2, False), (128, 64, 4, 3, False), (128, 64, 8, 3, True),
-                                          (128, 128, 8, 3, True), (128, 128, 8, 4, False), (64, 64, 4, 4, False)):
-            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, WARP_SPECIALIZE=ws, num_warps=warps, num_stages=stages)
-            settings[f"tma {bm}x{bn} w{warps} s{stages}{' ws' if ws else ''}"] = (
+        for bm, bn, warps, stages in ((128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2),
+                                      (128, 64, 4, 3), (64, 64, 4, 4)):
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            settings[f"tma {bm}x{bn} w{warps} s{stages}"] = (
                 lambda cfg=cfg: fa._launch_attention_tma(q, k, v, causal, (cfg,))[0])
         calls = _timed_settings({"SDPA": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)},
                                 settings, lambda o: float((o.float() - ref).norm() / ref.norm()), progress,

@@ -141,16 +141,17 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     return o, lse
 
 
-# --- The Hopper path: Q, K, V and O tiles moved by the TMA copy engine -------------------------------------
+# --- The Hopper path: Q, K and V tiles moved by the TMA copy engine ---------------------------------------
 
 @triton.jit
-def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, b, h, offs_m, offs_n, lo, hi, n_kv, qk_scale,
-                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                WARP_SPECIALIZE: tl.constexpr):
-    # As _attend, but each K or V tile is one request to the copy engine, which zero-fills rows past N_kv.
-    for start in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        k = k_desc.load([b, h, start, 0]).reshape(BLOCK_N, HEAD_DIM)
-        s = tl.dot(q, k.T)
+def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, kv_row, offs_m, offs_n, lo, hi, n_kv, qk_scale,
+                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    # As _attend, but each K or V tile is one request to the copy engine, from the (B H N_kv, D) matrix whose
+    # rows kv_row .. kv_row + N_kv are this head's keys. A tile reaching past them holds the next head's
+    # rows: the MASKED stage gives those keys -inf scores and zeroes those values (p = 0 would not clear a NaN).
+    for start in range(lo, hi, BLOCK_N):
+        k = k_desc.load([kv_row + start, 0])
+        s = tl.dot(q, k.T)  # k.T: a view of the tile in shared memory, read as it lies by the tensor cores
         if MASKED:
             cols = start + offs_n
             keep = cols[None, :] < n_kv
@@ -158,23 +159,22 @@ def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, b, h, offs_m, offs_n, lo, hi, 
                 keep = keep & (offs_m[:, None] >= cols[None, :])
             s = tl.where(keep, s, -float("inf"))
         p, alpha, m_i, l_i = _online_softmax_step(s, m_i, l_i, qk_scale)
-        v = v_desc.load([b, h, start, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([kv_row + start, 0])
+        if MASKED:
+            v = tl.where((start + offs_n)[:, None] < n_kv, v, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return acc, l_i, m_i
 
 
 @triton.jit
-def _flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, H, N, N_KV, qk_scale,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                                CAUSAL: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+def _flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, N, N_KV, qk_scale, BLOCK_M: tl.constexpr,
+                                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr):
     # Causal: the last query blocks have the most keys; launching them first keeps the tail short.
     block_m = tl.num_programs(0) - 1 - tl.program_id(0) if CAUSAL else tl.program_id(0)
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
     offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    q = q_desc.load([b, h, block_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    q = q_desc.load([bh * N + block_m * BLOCK_M, 0])  # rows past N (the next head's) are computed, not stored
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -184,49 +184,58 @@ def _flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, H, N, N
     else:
         full = N_KV // BLOCK_N * BLOCK_N
         end = N_KV
-    acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, b, h, offs_m, offs_n, 0, full, N_KV, qk_scale,
-                                BLOCK_N, HEAD_DIM, False, CAUSAL, WARP_SPECIALIZE)
-    acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, b, h, offs_m, offs_n, full, end, N_KV, qk_scale,
-                                BLOCK_N, HEAD_DIM, True, CAUSAL, False)
+    acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, bh * N_KV, offs_m, offs_n, 0, full, N_KV, qk_scale,
+                                BLOCK_N, False, CAUSAL)
+    acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, bh * N_KV, offs_m, offs_n, full, end, N_KV,
+                                qk_scale, BLOCK_N, True, CAUSAL)
     o = acc / l_i[:, None]
-    o_desc.store([b, h, block_m * BLOCK_M, 0], o.to(o_desc.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = bh.to(tl.int64) * N + offs_m
+    tl.store(o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=offs_m[:, None] < N)
     lse = (m_i + tl.math.log2(l_i)) / 1.4426950408889634
-    tl.store(lse_ptr + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
+    tl.store(lse_ptr + rows, lse, mask=offs_m < N)
 
 
 # Tried in order; a setting this Triton or GPU cannot compile is skipped from then on (see kernels.tma). Timed
-# on an H200 at (4, 16, 4096, 128) bf16 (python -m kernels.bench_streaming --sweep): 128 x 128 tiles, 476
-# TFLOP/s (0.74 of SDPA) non-causal and 430 (0.81) causal; 128 x 64 tiles 464 and 410; warp specialization
-# and a fourth stage no faster; 128 x 128 with four stages does not fit in shared memory.
+# on an H200 at (4, 16, 4096, 128) bf16 in turns with SDPA: 128 x 128 tiles 0.80 of SDPA's speed, causal
+# or not; 128 x 64 tiles 0.74 to 0.78; warp specialization no faster; a fourth stage slower (and with 128 x 128
+# tiles it does not fit in shared memory). Tiles loaded from 4-d descriptors (B, H, N, D) and reshaped were
+# 10% slower than these from the 2-d (B H N, D) view: the reshape costs a pass through shared memory.
 ATTENTION_TMA_SETTINGS = (
-    dict(BLOCK_M=128, BLOCK_N=128, WARP_SPECIALIZE=False, num_warps=8, num_stages=3),
-    dict(BLOCK_M=128, BLOCK_N=64, WARP_SPECIALIZE=False, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+    dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
 )
 
 
 def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         settings: tuple | None = None):
-    """flash_attention through the TMA engine on Hopper, for 16-bit inputs whose last dimension is contiguous
-    and sequences of 2048 or more (below that, building four descriptors on the host each call costs more
-    than the copy engine saves); the portable kernel elsewhere. Same outputs."""
+    """flash_attention through the TMA engine on Hopper, for contiguous 16-bit (B, H, N, D) tensors and
+    sequences of 2048 or more (below that, building the descriptors on the host each call costs more than
+    the copy engine saves); the portable kernel elsewhere. Same outputs."""
     _check_attention_inputs(q, k, v, causal)
     if not (q.dtype in (torch.float16, torch.bfloat16) and hopper_or_newer(q.device)
-            and all(tma_ready(t) for t in (q, k, v)) and min(q.shape[2], k.shape[2]) >= 2048):
+            and all(t.is_contiguous() and tma_ready(t) for t in (q, k, v))
+            and min(q.shape[2], k.shape[2]) >= 2048):
         return flash_attention(q, k, v, causal)
     return _launch_attention_tma(q, k, v, causal, settings or ATTENTION_TMA_SETTINGS)
 
 
 def _launch_attention_tma(q, k, v, causal: bool, settings: tuple):
+    """The TMA kernel on contiguous q, k, v, seen as (B H N, D) matrices."""
     B, H, N, D = q.shape
     n_kv = k.shape[2]
     o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    if N == 0 or B * H == 0:
+        return o, lse
 
     def launch(cfg):
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
         _flash_attention_tma_kernel[(triton.cdiv(N, bm), B * H)](
-            descriptor(q, [1, 1, bm, D]), descriptor(k, [1, 1, bn, D]), descriptor(v, [1, 1, bn, D]),
-            descriptor(o, [1, 1, bm, D]), lse, H, N, n_kv, LOG2E / math.sqrt(D), HEAD_DIM=D, CAUSAL=causal, **cfg)
+            descriptor(q.view(-1, D), [bm, D]), descriptor(k.view(-1, D), [bn, D]),
+            descriptor(v.view(-1, D), [bn, D]), o, lse, N, n_kv, LOG2E / math.sqrt(D), HEAD_DIM=D, CAUSAL=causal,
+            **cfg)
 
     first_that_compiles(_flash_attention_tma_kernel, settings, launch)
     return o, lse

@@ -18,7 +18,8 @@ from autograder import build
 
 pytestmark = pytest.mark.slow
 NB1, NB2, NB3, NB4 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"
-NOTEBOOKS = [NB1, NB2, NB3, NB4]
+NB5 = "05_streaming_reduction_fusion"
+NOTEBOOKS = [NB1, NB2, NB3, NB4, NB5]
 
 # carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
 CAROL = {
@@ -61,6 +62,14 @@ def fused_chain(x, bias, alpha):
                                "    y = gelu_tanh(acc + bias[None, :] + res.to(tl.float32))\n"),
         "swiglu": ("    h = tl.fdiv(gate, 1.0 + tl.exp(-gate)) * up", "    h = tl.fdiv(1.0, 1.0 + tl.exp(-gate)) * up"),
     },
+    NB5: {
+        "softmax": ("(e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty)", "e.to(y_ptr.dtype.element_ty)"),
+        "flash_attention": ("        LOG2E / math.sqrt(D), HEAD_DIM=D", "        LOG2E, HEAD_DIM=D"),
+        # Logits rounded to float16 before the statistics: close enough for the memory check, not for the others.
+        "linear_cross_entropy": ("logits = tl.where(rv[None, :] < V, logits, -float(\"inf\"))",
+                                 "logits = tl.where(rv[None, :] < V, logits.to(tl.float16).to(tl.float32), "
+                                 "-float(\"inf\"))"),
+    },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
 # numbers, but torch computes them: correctness and precision name that, fusion names the missing kernel.
@@ -74,6 +83,8 @@ CAROL_FAILS = {
           "test_qkv_projection_precision", "test_qkv_projection_fusion", "test_adamw_step_correctness",
           "test_adamw_step_precision"},
     NB4: {f"test_{ex}_{c}" for ex in ("gemm_gelu_residual", "swiglu") for c in ("correctness", "precision")},
+    NB5: {f"test_{ex}_{c}" for ex in ("softmax", "flash_attention", "linear_cross_entropy")
+          for c in ("correctness", "precision")},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
@@ -82,8 +93,10 @@ CAROL_FEEDBACK = {
           "grows like H^", "leaves out the term"],
     NB3: ["square of the sum", "views (slices) of the one buffer", "computed by torch", "no bias correction"],
     NB4: ["the residual went inside the GELU", "SiLU is gate * sigmoid(gate)"],
+    NB5: ["never divided by the row's sum", "not scaled by 1/sqrt(D)", "the logits were rounded to the inputs' dtype",
+          "allowed"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):
