@@ -58,12 +58,14 @@ def test_notebook_04_goals_are_met(path, kernel):
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("kernel", ["softmax", "linear_cross_entropy"])
+@pytest.mark.parametrize("kernel", ["softmax", "flash_attention", "linear_cross_entropy"])
 def test_notebook_05_goals_are_met(path, kernel):
     r = json.loads(path.read_text())
     row = next(x for x in r["streaming_rows"] if x["kernel"] == kernel)
     if kernel == "softmax":
         assert row["fraction_of_copy"] >= 0.85
+    elif kernel == "flash_attention":
+        assert "causal=False" in row["shape"] and row["fraction_of_sdpa"] >= 0.80
     else:
         assert row["ms"]["triton"] <= 1.1 * row["ms"]["torch.compile"] and row["extra_GiB"]["triton"] <= 0.5
         assert row["extra_GiB"]["eager"] > 10 * row["extra_GiB"]["triton"]  # the logits, which fusion never holds
@@ -71,13 +73,10 @@ def test_notebook_05_goals_are_met(path, kernel):
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
-def test_attention_results_are_recorded_against_sdpa(path):
-    """FlashAttention's goal (0.80 of SDPA, not causal) is recorded as measured, met or not; what is held here
-    is that the Hopper path stays near the level it was tuned to, and far below naive attention's memory."""
+def test_attention_is_measured_causal_and_not_against_naive_memory(path):
     r = json.loads(path.read_text())
     rows = [x for x in r["streaming_rows"] if x["kernel"] == "flash_attention"]
     assert {("causal=True" in x["shape"]) for x in rows} == {False, True}
     for row in rows:
-        assert row["fraction_of_sdpa"] >= 0.65 and row["ms"]["triton"] < row["ms"]["naive"]
-        assert row["extra_GiB"]["triton"] < row["extra_GiB"]["naive"] / 50
-    assert "met" in r["goals"]["flash_attention"]
+        assert row["ms"]["triton"] < row["ms"]["naive"] / 10
+        assert row["extra_GiB"]["triton"] < row["extra_GiB"]["naive"] / 50  # O(N) against S and P's O(N^2)
