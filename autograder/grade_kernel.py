@@ -208,10 +208,14 @@ def _check_output(ex, index, out, ref, input_dtype, watch) -> str | None:
 
 def _diagnose(ex: KernelExercise, outs, inputs: dict) -> str | None:
     """Name the bug when the output matches a known wrong formula better than the right one."""
+    refs = _as_tuple(ex.reference(**inputs))
     for bug, wrong_reference in ex.diagnoses:
         wrong = wrong_reference(**inputs)
         wrong = wrong if isinstance(wrong, tuple) else (wrong,)
-        pairs = [(_rel_err(o, w), _rel_err(o, r)) for o, w, r in zip(outs, wrong, _as_tuple(ex.reference(**inputs)))]
+        # Both distances on the right result's scale: against its own norm, a wrong formula of large values
+        # (log-probabilities) looks close to any output, and one of values near 0 far from every output. A NaN
+        # where the result is finite is infinitely far from it.
+        pairs = [(_far(_rel_err(o, w, scale=r)), _far(_rel_err(o, r))) for o, w, r in zip(outs, wrong, refs)]
         # Every output at least as close to the wrong formula, and one of them far closer.
         if all(ew <= er * 1.01 + 1e-12 for ew, er in pairs) and any(ew < 0.1 * er for ew, er in pairs):
             return f"likely cause: {bug}"
@@ -370,13 +374,19 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     return CriterionResult("correctness", PASSED, f"all {n_cases} cases match the reference{note}", figures)
 
 
-def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def _rel_err(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> float:
+    """||out - ref|| / ||ref|| over ref's finite elements (divided by ||scale|| instead, when given)."""
     finite = torch.isfinite(ref)
     got = out.double()
     if not bool(((got == ref) | (torch.isnan(got) & torch.isnan(ref)))[~finite].all()):
         return math.inf  # a NaN or infinity of the reference not reproduced
     diff = (out.double() - ref)[finite]
-    return float(diff.norm() / ref[finite].norm().clamp_min(1e-300))
+    norm = ref[finite].norm() if scale is None else scale.double()[torch.isfinite(scale)].norm()
+    return float(diff.norm() / norm.clamp_min(1e-300))
+
+
+def _far(err: float) -> float:
+    return math.inf if math.isnan(err) else err
 
 
 def _slope(lengths, errs) -> float:
