@@ -419,7 +419,9 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             if not_computed:
                 return CriterionResult("precision", FAILED, not_computed, figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
-            ideal = max(_rel_err(r.to(ex.out_dtype(dtype, i)), r) for i, r in enumerate(refs))
+            # What rounding the exact result to the output dtype costs (float32 outputs of float16 inputs too).
+            ideal, rounded_to = max((_rel_err(r.to(ex.out_dtype(dtype, i)), r), _dtype_name(ex.out_dtype(dtype, i)))
+                                    for i, r in enumerate(refs))
             bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
             floor_note = ""
             if ex.precision_floor_from_inputs is not None:
@@ -442,7 +444,7 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 hint = hint or (_diagnose(ex, outs, inputs) if ex.diagnoses else None)
                 failures.append(
                     f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
-                    f"(rounding the exact result to {name} alone costs {ideal:.3g}{floor_note})"
+                    f"(rounding the exact result to {rounded_to} alone costs {ideal:.3g}{floor_note})"
                 )
         if len(shapes) > 1:
             lengths = [s.dims[ex.reduced_axis] for s in shapes]
