@@ -449,8 +449,9 @@ check("05.softmax", softmax, criteria=["fusion"]).assert_passed("fusion")
 # The cell below measures, over sequence lengths, the memory each call allocates and the time of naive
 # attention (`attention_naive`: `S` and `P` in memory), PyTorch's `scaled_dot_product_attention` (SDPA, which
 # dispatches to a FlashAttention kernel of its own on recent GPUs) and the Triton kernel, causal and not. On
-# Hopper the reference module also has `flash_attention_tma`, the same loop with its `Q`, `K`, `V` and `O` tiles
-# moved by the TMA copy engine (notebook 04, section 4); it is timed too (elsewhere it is the portable kernel).
+# Hopper the reference module also has `flash_attention_tma`, the same loop with its `Q`, `K` and `V` tiles
+# moved by the TMA copy engine (notebook 04, section 4), from 2048 tokens on; it is timed too (elsewhere, and
+# for shorter sequences, it is the portable kernel).
 # Naive attention is skipped where it would not fit in the GPU's free memory. The time model: the flops at this
 # GPU's measured matmul rate, and for the naive version also one write and one read each of `S` and `P` at copy
 # bandwidth (4 passes, a floor for any version that materialises them). Without a GPU the memory part runs in
@@ -565,9 +566,9 @@ if not ON_GPU:
 # would need 160 GiB and is skipped. The Triton kernel sits exactly on its `O(N)` line (`o` and `lse`, 130 MiB
 # at 8192), SDPA just below it (it returns no `lse`). Time: SDPA at 1.1 to 1.15 times the flops line from
 # `N = 4096` on, the Triton kernel at about 0.8 of SDPA's speed, naive attention about 7 times above its own
-# model line and about 20 times slower than the Triton kernel at 4096. The TMA path matches the portable
-# kernel from 2048 on (and gains a few percent at 16384); at the shortest lengths it is slower, as building its
-# descriptors on the host takes longer than the kernel itself. The causal ratio falls towards one half as `N`
+# model line and about 20 times slower than the Triton kernel at 4096. The TMA path is within a few percent of
+# the portable kernel from 2048 on (below that it is the portable kernel: building its descriptors on the host
+# would take longer than the kernel itself). The causal ratio falls towards one half as `N`
 # grows (0.62 at 4096, 0.52 at 16384 for the portable kernel), above the tile count at moderate lengths: the
 # query blocks near the end of the sequence have the most tiles and finish last, and the TMA kernel, which
 # launches them first, gets closer to the model (0.56, then 0.50). At 512 and 1024 tokens every version is
