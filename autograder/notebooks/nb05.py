@@ -80,8 +80,9 @@ SOFTMAX = KernelExercise(
     precision_factor=1.25,  # one rounding of the exact result; PyTorch op by op rounds x - max, exp and y
     precision_floor_from_inputs=_softmax_float32_sums,
     precision_note=(
-        "Upcast each loaded element to float32, keep the running max and the running sum in float32, and round "
-        "once, at the store."
+        "Subtract the row's max before exp (exp overflows float32 above 88.7, float16 above 11.1), upcast each "
+        "loaded element to float32, keep the running max and the running sum in float32, and round once, at the "
+        "store."
     ),
     diagnoses=(
         ("log_softmax: the exercise wants the probabilities, exp(x - max) / sum", _log_softmax),
