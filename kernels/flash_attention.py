@@ -34,6 +34,28 @@ def _online_softmax_step(s, m_i, l_i, qk_scale):
 
 
 @triton.jit
+def _visible(s, offs_m, cols, n_kv, CAUSAL: tl.constexpr):
+    # -inf for the keys a query may not see: past the end of K/V, and (causal) after the query itself.
+    keep = cols[None, :] < n_kv
+    if CAUSAL:
+        keep = keep & (offs_m[:, None] >= cols[None, :])
+    return tl.where(keep, s, -float("inf"))
+
+
+@triton.jit
+def _key_ranges(block_m, N_KV, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    # (full, end): key tiles 0 .. full are wholly visible to every row of the query block and need no mask;
+    # full .. end straddle the diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
+    if CAUSAL:
+        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
+    else:
+        full = N_KV // BLOCK_N * BLOCK_N
+        end = N_KV
+    return full, end
+
+
+@triton.jit
 def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stride_kn, stride_vn, qk_scale,
             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # Keys lo .. hi, BLOCK_N at a time. MASKED: the tiles that straddle the diagonal or the end of K/V.
@@ -47,10 +69,7 @@ def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stri
             k = tl.load(k_ptrs)
         s = tl.dot(q, k, input_precision=PRECISION)
         if MASKED:
-            keep = cols[None, :] < n_kv
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= cols[None, :])
-            s = tl.where(keep, s, -float("inf"))
+            s = _visible(s, offs_m, cols, n_kv, CAUSAL)
         p, alpha, m_i, l_i = _online_softmax_step(s, m_i, l_i, qk_scale)
         if MASKED:
             v = tl.load(v_ptrs, mask=cols[:, None] < n_kv, other=0.0)
@@ -82,14 +101,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    # Key tiles wholly visible to every row of this block need no mask; then the tiles that straddle the
-    # diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
-    if CAUSAL:
-        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
-        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
-    else:
-        full = N_KV // BLOCK_N * BLOCK_N
-        end = N_KV
+    full, end = _key_ranges(block_m, N_KV, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, 0, full, N_KV, stride_kn, stride_vn,
                             qk_scale, BLOCK_N, False, CAUSAL, PRECISION)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, full, end, N_KV, stride_kn,
@@ -153,11 +165,7 @@ def _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, kv_row, offs_m, offs_n, lo, hi
         k = k_desc.load([kv_row + start, 0])
         s = tl.dot(q, k.T)  # k.T: a view of the tile in shared memory, read as it lies by the tensor cores
         if MASKED:
-            cols = start + offs_n
-            keep = cols[None, :] < n_kv
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= cols[None, :])
-            s = tl.where(keep, s, -float("inf"))
+            s = _visible(s, offs_m, start + offs_n, n_kv, CAUSAL)
         p, alpha, m_i, l_i = _online_softmax_step(s, m_i, l_i, qk_scale)
         v = v_desc.load([kv_row + start, 0])
         if MASKED:
@@ -178,12 +186,7 @@ def _flash_attention_tma_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, N, N_KV,
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    if CAUSAL:
-        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
-        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
-    else:
-        full = N_KV // BLOCK_N * BLOCK_N
-        end = N_KV
+    full, end = _key_ranges(block_m, N_KV, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, bh * N_KV, offs_m, offs_n, 0, full, N_KV, qk_scale,
                                 BLOCK_N, False, CAUSAL)
     acc, l_i, m_i = _attend_tma(acc, l_i, m_i, q, k_desc, v_desc, bh * N_KV, offs_m, offs_n, full, end, N_KV,
@@ -241,11 +244,19 @@ def _launch_attention_tma(q, k, v, causal: bool, settings: tuple):
     return o, lse
 
 
-def attention_naive(q, k, v, causal: bool = False):
-    """The textbook version: S and P are (B, H, N, N_kv) tensors in memory."""
+def attention_scores(q, k, causal: bool = False, first_hidden: int = 1):
+    """S = q kᵀ / sqrt(D), (B, H, N, N_kv); causal: -inf from key i + first_hidden on in row i (1: the keys
+    after the query)."""
     s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        hidden = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(first_hidden)
+        s = s.masked_fill(hidden, float("-inf"))
+    return s
+
+
+def attention_naive(q, k, v, causal: bool = False):
+    """The textbook version: S and P are (B, H, N, N_kv) tensors in memory."""
+    s = attention_scores(q, k, causal)
     lse = torch.logsumexp(s.float(), dim=-1)
     return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v, lse
 

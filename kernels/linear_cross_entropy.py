@@ -100,9 +100,8 @@ def _check_inputs(h, w, targets) -> tuple[int, int, int]:
 def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-row cross-entropy of the logits h @ w.T against targets, never holding the logits: loss (M,) float32."""
     M, K, V = _check_inputs(h, w, targets)
-    loss = torch.empty(M, dtype=torch.float32, device=h.device)
     if M == 0:
-        return loss
+        return torch.empty(0, dtype=torch.float32, device=h.device)
     cfg = ce_launch_settings(M, V, K, h.element_size())
     n_vtiles = triton.cdiv(V, cfg["BLOCK_V"])
     part_m = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
@@ -111,7 +110,14 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * n_vtiles,)
     _logit_tile_stats_kernel[grid](h, w, targets, part_m, part_s, tgt, M, V, K, h.stride(0), h.stride(1), w.stride(0),
                                    w.stride(1), n_vtiles, PRECISION=dot_precision(h.dtype), **cfg)
-    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_vtiles, BLOCK_T=min(1024, triton.next_power_of_2(n_vtiles)))
+    return _combine(part_m, part_s, tgt)
+
+
+def _combine(part_m, part_s, tgt) -> torch.Tensor:
+    """The loss per row from its partial (max, sum) pairs (M, n_parts) and its target's logit."""
+    M, n_parts = part_m.shape
+    loss = torch.empty(M, dtype=torch.float32, device=part_m.device)
+    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_parts, BLOCK_T=min(1024, triton.next_power_of_2(n_parts)))
     return loss
 
 
@@ -166,7 +172,6 @@ def linear_cross_entropy_tma(h: torch.Tensor, w: torch.Tensor, targets: torch.Te
 def _launch_tma(h, w, targets, settings: tuple) -> torch.Tensor:
     M, K = h.shape
     V = w.shape[0]
-    loss = torch.empty(M, dtype=torch.float32, device=h.device)
     tgt = torch.empty(M, dtype=torch.float32, device=h.device)
     parts = {}
 
@@ -180,9 +185,7 @@ def _launch_tma(h, w, targets, settings: tuple) -> torch.Tensor:
                                              parts["s"], tgt, M, V, K, n_parts, PROGRAMS=programs, **cfg)
 
     first_that_compiles(_logit_stats_tma_kernel, settings, launch)
-    n_parts = parts["m"].shape[1]
-    _combine_kernel[(M,)](parts["m"], parts["s"], tgt, loss, M, n_parts, BLOCK_T=min(1024, triton.next_power_of_2(n_parts)))
-    return loss
+    return _combine(parts["m"], parts["s"], tgt)
 
 
 def linear_cross_entropy_eager(h, w, targets):

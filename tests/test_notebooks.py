@@ -115,11 +115,12 @@ SOLUTIONS_FROM_KERNELS = {
     ("05_streaming_reduction_fusion", "softmax"): (
         "softmax", ["ONE_BLOCK_MAX", "_softmax_kernel", "softmax_launch_settings", "softmax"]),
     ("05_streaming_reduction_fusion", "flash_attention"): (
-        "flash_attention", ["LOG2E", "_online_softmax_step", "_attend", "_flash_attention_kernel",
-                            "attention_launch_settings", "_check_attention_inputs", "flash_attention"]),
+        "flash_attention", ["LOG2E", "_online_softmax_step", "_visible", "_key_ranges", "_attend",
+                            "_flash_attention_kernel", "attention_launch_settings", "_check_attention_inputs",
+                            "flash_attention"]),
     ("05_streaming_reduction_fusion", "linear_cross_entropy"): (
         "linear_cross_entropy", ["_tile_stats", "_logit_tile_stats_kernel", "_combine_kernel", "ce_launch_settings",
-                                 "_check_inputs", "linear_cross_entropy"]),
+                                 "_check_inputs", "linear_cross_entropy", "_combine"]),
 }
 
 

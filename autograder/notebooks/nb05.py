@@ -129,12 +129,10 @@ def _causal_ignored(q, k, v, causal):
 def _causal_without_diagonal(q, k, v, causal):
     if not causal:
         return fa.attention_reference(q, k, v, causal)
-    qd, kd, vd = q.double(), k.double(), v.double()
-    s = qd @ kd.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(0), float("-inf"))
+    s = fa.attention_scores(q.double(), k.double(), causal, first_hidden=0)
     # Query 0 sees no key: its sum l is 0, and a kernel computes o = 0 / 0 and lse = -inf + log(0), NaN both.
     lse = torch.logsumexp(s, dim=-1)
-    return torch.softmax(s, dim=-1) @ vd, lse.masked_fill(lse == float("-inf"), float("nan"))
+    return torch.softmax(s, dim=-1) @ v.double(), lse.masked_fill(lse == float("-inf"), float("nan"))
 
 
 def _lse_base_2(q, k, v, causal):
@@ -144,10 +142,7 @@ def _lse_base_2(q, k, v, causal):
 
 def _lse_without_max(q, k, v, causal):
     o, lse = fa.attention_reference(q, k, v, causal)
-    s = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return o, lse - s.amax(dim=-1)
+    return o, lse - fa.attention_scores(q.double(), k.double(), causal).amax(dim=-1)
 
 
 FLASH_ATTENTION = KernelExercise(

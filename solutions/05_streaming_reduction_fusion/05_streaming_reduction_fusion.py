@@ -632,6 +632,28 @@ def _online_softmax_step(s, m_i, l_i, qk_scale):
 
 
 @triton.jit
+def _visible(s, offs_m, cols, n_kv, CAUSAL: tl.constexpr):
+    # -inf for the keys a query may not see: past the end of K/V, and (causal) after the query itself.
+    keep = cols[None, :] < n_kv
+    if CAUSAL:
+        keep = keep & (offs_m[:, None] >= cols[None, :])
+    return tl.where(keep, s, -float("inf"))
+
+
+@triton.jit
+def _key_ranges(block_m, N_KV, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    # (full, end): key tiles 0 .. full are wholly visible to every row of the query block and need no mask;
+    # full .. end straddle the diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
+    if CAUSAL:
+        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
+    else:
+        full = N_KV // BLOCK_N * BLOCK_N
+        end = N_KV
+    return full, end
+
+
+@triton.jit
 def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stride_kn, stride_vn, qk_scale,
             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # Keys lo .. hi, BLOCK_N at a time. MASKED: the tiles that straddle the diagonal or the end of K/V.
@@ -645,10 +667,7 @@ def _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, lo, hi, n_kv, stri
             k = tl.load(k_ptrs)
         s = tl.dot(q, k, input_precision=PRECISION)
         if MASKED:
-            keep = cols[None, :] < n_kv
-            if CAUSAL:
-                keep = keep & (offs_m[:, None] >= cols[None, :])
-            s = tl.where(keep, s, -float("inf"))
+            s = _visible(s, offs_m, cols, n_kv, CAUSAL)
         p, alpha, m_i, l_i = _online_softmax_step(s, m_i, l_i, qk_scale)
         if MASKED:
             v = tl.load(v_ptrs, mask=cols[:, None] < n_kv, other=0.0)
@@ -680,14 +699,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    # Key tiles wholly visible to every row of this block need no mask; then the tiles that straddle the
-    # diagonal (causal) or the end of K/V. Tiles above the diagonal are never visited.
-    if CAUSAL:
-        full = (block_m * BLOCK_M) // BLOCK_N * BLOCK_N
-        end = tl.minimum((block_m + 1) * BLOCK_M, N_KV)
-    else:
-        full = N_KV // BLOCK_N * BLOCK_N
-        end = N_KV
+    full, end = _key_ranges(block_m, N_KV, BLOCK_M, BLOCK_N, CAUSAL)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, 0, full, N_KV, stride_kn, stride_vn,
                             qk_scale, BLOCK_N, False, CAUSAL, PRECISION)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, offs_m, offs_n, full, end, N_KV, stride_kn,
@@ -993,9 +1005,8 @@ def _check_inputs(h, w, targets) -> tuple[int, int, int]:
 def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per-row cross-entropy of the logits h @ w.T against targets, never holding the logits: loss (M,) float32."""
     M, K, V = _check_inputs(h, w, targets)
-    loss = torch.empty(M, dtype=torch.float32, device=h.device)
     if M == 0:
-        return loss
+        return torch.empty(0, dtype=torch.float32, device=h.device)
     cfg = ce_launch_settings(M, V, K, h.element_size())
     n_vtiles = triton.cdiv(V, cfg["BLOCK_V"])
     part_m = torch.empty((M, n_vtiles), dtype=torch.float32, device=h.device)
@@ -1004,7 +1015,14 @@ def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * n_vtiles,)
     _logit_tile_stats_kernel[grid](h, w, targets, part_m, part_s, tgt, M, V, K, h.stride(0), h.stride(1), w.stride(0),
                                    w.stride(1), n_vtiles, PRECISION=dot_precision(h.dtype), **cfg)
-    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_vtiles, BLOCK_T=min(1024, triton.next_power_of_2(n_vtiles)))
+    return _combine(part_m, part_s, tgt)
+
+
+def _combine(part_m, part_s, tgt) -> torch.Tensor:
+    """The loss per row from its partial (max, sum) pairs (M, n_parts) and its target's logit."""
+    M, n_parts = part_m.shape
+    loss = torch.empty(M, dtype=torch.float32, device=part_m.device)
+    _combine_kernel[(M,)](part_m, part_s, tgt, loss, M, n_parts, BLOCK_T=min(1024, triton.next_power_of_2(n_parts)))
     return loss
 ### END SOLUTION
 
