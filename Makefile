@@ -35,15 +35,23 @@ endif
 	$(BIN)/python -c "import torch, triton; print('torch', torch.__version__, '| triton', triton.__version__, '| CUDA', torch.cuda.is_available())"
 	touch $@
 
-lab: $(STAMP)
-	cd course && ../$(BIN)/jupyter lab $(LAB_ARGS)
+# Containers and cloud GPU machines run as root, where JupyterLab refuses to start without --allow-root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+lab: $(STAMP)
+	cd course && ../$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
+
+# Every core (pytest-xdist; tests/conftest.py groups the tests that share a fixture and starts the longest
+# first), and the 20 slowest tests listed at the end, so that the next slow test is seen when it lands.
+# One thread per process: a worker per core, and thread pools that spin against each other cost 3-4x (conftest).
+# pytest's exit code 5 (no test collected) fails the target like any other failure.
+TEST_JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --durations=20 $(PYTEST_ARGS)
 
 # Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
 corpus: $(STAMP)
-	$(BIN)/python -m pytest tests/test_corpus.py tests/test_corpus_class.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/test_corpus.py tests/test_corpus_class.py $(PYTEST_ARGS)
 
 # Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader.
 course: $(STAMP)

@@ -7,7 +7,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder import checker, runtime
+from autograder import build, checker, runtime
 
 NB = "01_hbm_cost_model"
 
@@ -25,8 +25,14 @@ def _write(tmp_path, cells, name=NB):
     return path
 
 
+# Without a GPU the nbgrader round trip already runs every solution notebook in the interpreter and requires
+# full marks on every cell it can grade (alice): here one notebook shows the checker's own route does the same.
+# On a GPU every notebook goes through the checker, performance included (it is how notebooks run there).
+CHECKED = build.sources() if runtime.has_gpu() else [build.ROOT / "solutions" / NB / f"{NB}.py"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["01_hbm_cost_model", "02_vertical_fusion", "05_streaming_reduction_fusion"])
+@pytest.mark.parametrize("name", [p.stem for p in CHECKED])
 def test_solution_passes_every_gradable_criterion(root, name):
     from autograder import registry
 

@@ -18,7 +18,7 @@ import classroom
 import corpus_cases as corpus
 from autograder import build
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # one class, graded once: conftest keeps these tests on one worker
 NAME = classroom.ASSIGNMENT
 STOPPER = "writes_other_student"
 CASES = {case.name: case for case in corpus.load("class")}

@@ -9,7 +9,7 @@ import classroom
 from autograder import build
 from autograder.grade_class import grade_class
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # one class, graded once: conftest keeps these tests on one worker
 NAME = classroom.ASSIGNMENT
 FULL = sum(classroom.POINTS.values())
 

@@ -3,11 +3,13 @@
 alice hands in the solutions, bob the untouched release, carol one planted bug per exercise. The grading
 configuration (grading.toml) requires performance to be measured, so on this GPU-less machine every
 performance cell scores 0 for everyone, and every other cell is decided by the code alone.
+
+Each notebook is one course folder and one round trip (the release comes from the `released` fixture, which
+test_notebooks.py compares with the committed course/), so the notebooks grade in parallel.
 """
 
 import csv
 import html
-import shutil
 import subprocess
 import sys
 
@@ -129,31 +131,35 @@ def _submit(work, student, name, answers):
     nbformat.write(release, folder / f"{name}.ipynb")
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = build.ROOT
-    work = tmp_path_factory.mktemp("course")
-    for f in ("nbgrader_config.py", "grading.toml"):
-        shutil.copy(root / f, work)
-    for name in NOTEBOOKS:
-        shutil.copytree(root / "solutions" / name, work / "solutions" / name)
-        r = _nbgrader(work, "generate_assignment", name, "--force")
-        assert r.returncode == 0, r.stderr
-        solution_ids = [c.metadata["nbgrader"]["grade_id"]
-                        for c in nbformat.read(work / "solutions" / name / f"{name}.ipynb", as_version=4).cells
-                        if c.metadata.get("nbgrader", {}).get("solution")]
-        _submit(work, "alice", name, {gid: "solution" for gid in solution_ids})
-        _submit(work, "bob", name, {})
-        _submit(work, "carol", name, CAROL[name])
-        r = _nbgrader(work, "autograde", name, "--force")
-        assert r.returncode == 0, r.stdout + r.stderr
-        r = _nbgrader(work, "generate_feedback", name, "--force")
-        assert r.returncode == 0, r.stderr
+def _round_trip(work, name):
+    """Submit, autograde, give feedback and export one notebook in the course folder `released` made."""
+    solution_ids = [c.metadata["nbgrader"]["grade_id"]
+                    for c in nbformat.read(work / "solutions" / name / f"{name}.ipynb", as_version=4).cells
+                    if c.metadata.get("nbgrader", {}).get("solution")]
+    _submit(work, "alice", name, {gid: "solution" for gid in solution_ids})
+    _submit(work, "bob", name, {})
+    _submit(work, "carol", name, CAROL[name])
+    r = _nbgrader(work, "autograde", name, "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _nbgrader(work, "generate_feedback", name, "--force")
+    assert r.returncode == 0, r.stderr
     r = _nbgrader(work, "export", "--to", str(work / "grades.csv"))
     assert r.returncode == 0, r.stderr
     with open(work / "grades.csv") as f:
         rows = {(row["student_id"], row["assignment"]): row for row in csv.DictReader(f)}
     return work, rows
+
+
+_GRADED = {}  # notebook -> (course folder, CSV rows): one round trip per notebook and test process
+
+
+@pytest.fixture
+def graded(released, name):
+    # Each notebook has a course folder of its own, so the five round trips can run on different cores
+    # (conftest keeps a notebook's tests on one worker, so each runs once).
+    if name not in _GRADED:
+        _GRADED[name] = _round_trip(released(name), name)
+    return _GRADED[name]
 
 
 def _scores(work, student, name):
