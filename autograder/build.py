@@ -5,12 +5,19 @@
 solutions/<name>/<name>.py (jupytext percent format) is the one source of each notebook. From it:
 1. solutions/<name>/<name>.ipynb, without outputs, with stable cell ids (it diffs as text);
 2. course/<name>/ via `nbgrader generate_assignment`, which strips the solutions.
+
+A kernel is written once, in kernels/. A line of a cell such as
+    # include: kernels/rmsnorm.py (_rmsnorm_kernel, rmsnorm)
+becomes, in the solution notebook, the source of those top-level definitions, in that order, so the reader of
+the solution notebook sees the whole kernel and the benchmarks time the very same code.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +29,37 @@ def sources(root: Path = ROOT) -> list[Path]:
     return sorted(p for p in (root / "solutions").glob("[0-9][0-9]_*/[0-9][0-9]_*.py") if p.stem == p.parent.name)
 
 
-def notebook_from_source(src: Path):
+INCLUDE = re.compile(r"^# include: (kernels/\w+\.py) \(([\w,\s#]+?)\)$", re.M)  # names may go on over "# " lines
+
+
+def definition_source(path: Path, name: str) -> str:
+    """The text of a top-level function, class (with its decorators) or assignment to name in a Python file."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            return "\n".join(lines[first - 1 : node.end_lineno])
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == name for t in targets):
+            return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+    raise LookupError(f"{path.name}: no top-level definition of {name!r} to include")
+
+
+def expand_includes(source: str, root: Path = ROOT) -> str:
+    """Replace each include line by the definitions it names, separated as in a module (two blank lines)."""
+    def one(match: re.Match) -> str:
+        path = root / match.group(1)
+        if not path.is_file():
+            raise FileNotFoundError(f"include names {match.group(1)}, which does not exist")
+        names = [n.strip(" \n#") for n in match.group(2).split(",") if n.strip(" \n#")]
+        return "\n\n\n".join(definition_source(path, n) for n in names)
+
+    return INCLUDE.sub(one, source)
+
+
+def notebook_from_source(src: Path, root: Path = ROOT):
     import jupytext
 
     nb = jupytext.read(src, fmt="py:percent")
@@ -31,6 +68,8 @@ def notebook_from_source(src: Path):
     for i, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell["id"] = grade_id or f"cell-{i}"
+        cell.source = expand_includes(cell.source, root)
+        cell.metadata.pop("lines_to_next_cell", None)  # the text source's layout, meaningless in a notebook
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb

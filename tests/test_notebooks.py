@@ -1,12 +1,7 @@
 """Notebooks: one source each, solution and release in sync, no drift from kernels/."""
 
 import ast
-import inspect
 import json
-import shutil
-import subprocess
-import sys
-import textwrap
 
 import nbformat
 import pytest
@@ -44,17 +39,9 @@ def test_committed_notebooks_have_no_outputs(root, name):
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_release_is_in_sync_with_solutions(root, tmp_path, name):
-    """Regenerate the release in a scratch copy with nbgrader and compare it with the committed course/."""
-    work = tmp_path / "course-dir"
-    work.mkdir()
-    shutil.copy(root / "nbgrader_config.py", work)
-    shutil.copytree(root / "solutions" / name, work / "solutions" / name)
-    subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", f"--db=sqlite:///{tmp_path}/gb.db",
-         "--log-level=ERROR"],
-        cwd=work, check=True, capture_output=True, env=build.tool_env(),
-    )
+def test_release_is_in_sync_with_solutions(root, released, name):
+    """The release nbgrader makes in a scratch course folder (the round trip grades the same one) is course/."""
+    work = released(name)
     fresh = sorted(p.relative_to(work / "course") for p in (work / "course").rglob("*") if p.is_file())
     committed = sorted(p.relative_to(root / "course" / name) for p in (root / "course" / name).rglob("*") if p.is_file())
     assert [str(p) for p in fresh] == [f"{name}/{p}" for p in committed], "course/ holds other files than nbgrader makes"
@@ -83,73 +70,48 @@ def test_every_exercise_has_a_solution_cell_and_graded_cells(root, name):
             assert cells[0].metadata["nbgrader"]["points"] > 0
 
 
-def _solution_block(nb, grade_id):
-    """The solution between the markers, or the whole cell for a read-only cell that shows a kernel."""
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    src = cell.source
-    if "### BEGIN SOLUTION" not in src:
-        return src
-    return src[src.index("### BEGIN SOLUTION") + len("### BEGIN SOLUTION") : src.index("### END SOLUTION")]
+def _solution_cells(root, name):
+    """(grade_id, source) of the answer cells in a notebook's text source, before includes are expanded."""
+    import jupytext
+
+    nb = jupytext.read(root / "solutions" / name / f"{name}.py", fmt="py:percent")
+    return [(c.metadata["nbgrader"]["grade_id"], c.source) for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")]
 
 
-# (notebook, solution cell) -> (module in kernels/, the functions the cell must hold, in order)
-SOLUTIONS_FROM_KERNELS = {
-    ("01_hbm_cost_model", "fused_chain"): ("fused_chain", ["_fused_chain_kernel", "fused_chain"]),
-    ("02_vertical_fusion", "rmsnorm"): ("rmsnorm", ["_rmsnorm_kernel", "rmsnorm"]),
-    ("02_vertical_fusion", "add_rmsnorm"): ("add_rmsnorm", ["_add_rmsnorm_kernel", "add_rmsnorm"]),
-    ("02_vertical_fusion", "layernorm"): ("layernorm", ["_layernorm_kernel", "layernorm"]),
-    ("02_vertical_fusion", "rmsnorm_backward"): (
-        "rmsnorm_backward", ["_rmsnorm_bwd_kernel", "_sum_partials_kernel", "_programs", "rmsnorm_backward"]),
-    ("03_horizontal_fusion", "row_sum_sumsq"): (
-        "row_sum_sumsq", ["_row_sum_sumsq_kernel", "sumsq_launch_settings", "row_sum_sumsq"]),
-    ("03_horizontal_fusion", "qkv_projection"): (
-        "qkv_projection", ["_qkv_kernel", "qkv_launch_settings", "split_qkv", "qkv_projection"]),
-    ("03_horizontal_fusion", "adamw_step"): (
-        "multi_tensor_adamw", ["ADAMW_BLOCK", "_ADAMW_DTYPES", "_adamw_block", "_adamw_kernel", "_Tables",
-                               "_TABLE_CACHE", "_TABLE_CACHE_SIZE", "_tables", "_validate", "adamw_step"]),
-    ("04_gemm_epilogue_fusion", "matmul-kernel"): ("matmul", ["grouped_tile", "tile_dot", "_matmul_kernel"]),
-    ("04_gemm_epilogue_fusion", "gemm_gelu_residual"): (
-        "gemm_epilogue", ["gelu_tanh", "_gemm_gelu_residual_kernel", "gemm_launch_settings", "_check_epilogue_inputs",
-                          "gemm_gelu_residual"]),
-    ("04_gemm_epilogue_fusion", "swiglu"): ("swiglu", ["_swiglu_kernel", "swiglu_launch_settings", "swiglu"]),
-    ("05_streaming_reduction_fusion", "softmax"): (
-        "softmax", ["ONE_BLOCK_MAX", "_softmax_kernel", "softmax_launch_settings", "softmax"]),
-    ("05_streaming_reduction_fusion", "flash_attention"): (
-        "flash_attention", ["LOG2E", "_online_softmax_step", "_visible", "_key_ranges", "_attend",
-                            "_flash_attention_kernel", "attention_launch_settings", "_check_attention_inputs",
-                            "flash_attention"]),
-    ("05_streaming_reduction_fusion", "linear_cross_entropy"): (
-        "linear_cross_entropy", ["_tile_stats", "_logit_tile_stats_kernel", "_combine_kernel", "ce_launch_settings",
-                                 "_check_inputs", "linear_cross_entropy", "_combine"]),
-}
+def _top_level_names(source: str) -> set[str]:
+    return {n.name for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-def _source_of(module, name: str) -> str:
-    """The source of a function, class or jit kernel of module, or of the top-level assignment to name."""
-    obj = getattr(module, name)
-    obj = getattr(obj, "fn", obj)
-    if inspect.isfunction(obj) or inspect.isclass(obj):
-        return inspect.getsource(obj)
-    text = inspect.getsource(module)
-    for node in ast.parse(text).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-            return ast.get_source_segment(text, node)
-    raise LookupError(f"kernels/{module.__name__}: no top-level definition of {name}")
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_no_kernel_is_written_twice(root, name):
+    """A function of kernels/ is included into a solution cell (build.expand_includes), never pasted there."""
+    in_kernels = set().union(*(_top_level_names(p.read_text()) for p in (root / "kernels").glob("*.py")))
+    for grade_id, source in _solution_cells(root, name):
+        pasted = _top_level_names(source) & in_kernels
+        assert not pasted, f"{name} cell {grade_id!r} defines {sorted(pasted)} again: include them from kernels/"
 
 
-@pytest.mark.parametrize("notebook,cell", list(SOLUTIONS_FROM_KERNELS), ids=lambda v: str(v))
-def test_solution_cell_is_the_reference_kernel(root, notebook, cell):
-    """Solution cells and kernels/ must not drift: the same kernels and launchers, statement for statement."""
-    import importlib
+def test_included_kernels_are_the_kernel_files_text(root):
+    """The solution notebook shows each included definition exactly as kernels/ has it, decorators included."""
+    nb = _solution_nb(root, "02_vertical_fusion")
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rmsnorm"]
+    kernel_file = (root / "kernels" / "rmsnorm.py").read_text()
+    start = kernel_file.index("@triton.jit\ndef _rmsnorm_kernel")
+    end = kernel_file.index("    return y\n", start) + len("    return y")
+    assert kernel_file[start:end] in cell.source
+    assert "# include:" not in cell.source and "### BEGIN SOLUTION" in cell.source
 
-    module_name, names = SOLUTIONS_FROM_KERNELS[(notebook, cell)]
-    module = importlib.import_module(f"kernels.{module_name}")
-    block = _solution_block(_solution_nb(root, notebook), cell)
-    expected = "\n\n".join(_source_of(module, n) for n in names)
-    assert ast.dump(ast.parse(textwrap.dedent(block))) == ast.dump(ast.parse(expected)), (
-        f"solutions/{notebook} cell {cell!r} differs from kernels/{module_name}.py"
-    )
+
+def test_an_include_that_names_nothing_is_a_clear_error(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "op.py").write_text("X = 1\n\n\n@dec\ndef f():\n    return X\n")
+    assert build.expand_includes("# include: kernels/op.py (X,\n#     f)\n", tmp_path) == (
+        "X = 1\n\n\n@dec\ndef f():\n    return X\n")
+    with pytest.raises(LookupError, match="no top-level definition of 'g'"):
+        build.expand_includes("# include: kernels/op.py (g)", tmp_path)
+    with pytest.raises(FileNotFoundError, match="kernels/nope.py"):
+        build.expand_includes("# include: kernels/nope.py (f)", tmp_path)
 
 
 def test_numeric_solutions_agree_with_the_grader(root):

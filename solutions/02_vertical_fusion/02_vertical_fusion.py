@@ -123,29 +123,7 @@ print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
 
 # %% nbgrader={"grade": false, "grade_id": "rmsnorm", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def _rmsnorm_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK_H: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < H
-    x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """y = x / sqrt(mean(x^2) + eps) * weight for x (M, H), H <= 16384: one read of x, one write of y."""
-    if x.dim() != 2 or weight.shape != (x.shape[1],):
-        raise ValueError(f"want x (M, H) and weight (H,), got {tuple(x.shape)} and {tuple(weight.shape)}")
-    if x.stride(1) != 1 or x.shape[1] > 16384:
-        raise ValueError("rows must be contiguous (they may be strided) and at most 16384 wide")
-    M, H = x.shape
-    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    BLOCK_H = triton.next_power_of_2(H)  # the whole row in registers
-    num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
-    _rmsnorm_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK_H=BLOCK_H, num_warps=num_warps)
-    return y
+# include: kernels/rmsnorm.py (_rmsnorm_kernel, rmsnorm)
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "rmsnorm-try", "locked": true, "schema_version": 3, "solution": false}
@@ -179,39 +157,7 @@ check("02.rmsnorm", rmsnorm, criteria=["fusion"]).assert_passed("fusion")
 
 # %% nbgrader={"grade": false, "grade_id": "add_rmsnorm", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, out_r_ptr, H, stride_xm, stride_rm, stride_ym, stride_om,
-                        eps, BLOCK_H: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < H
-    x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0)
-    r = tl.load(r_ptr + row * stride_rm + cols, mask=mask, other=0.0)
-    # The new residual is rounded to the storage dtype, as the unfused add would store it, and the norm
-    # is taken of that stored value, so both outputs agree with the unfused pair exactly in fp32.
-    s = (x.to(tl.float32) + r.to(tl.float32)).to(out_r_ptr.dtype.element_ty)
-    tl.store(out_r_ptr + row * stride_om + cols, s, mask=mask)
-    sf = s.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(sf * sf, axis=0) / H + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * stride_ym + cols, (sf * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
-    """(rmsnorm(x + residual) * weight, x + residual) in one kernel: 2 reads, 2 writes."""
-    if x.dim() != 2 or residual.shape != x.shape or weight.shape != (x.shape[1],):
-        raise ValueError(f"want x, residual (M, H) and weight (H,), got {tuple(x.shape)}, "
-                         f"{tuple(residual.shape)}, {tuple(weight.shape)}")
-    if x.stride(1) != 1 or residual.stride(1) != 1 or x.shape[1] > 16384:
-        raise ValueError("rows must be contiguous (they may be strided) and at most 16384 wide")
-    M, H = x.shape
-    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    new_residual = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    BLOCK_H = triton.next_power_of_2(H)
-    num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
-    _add_rmsnorm_kernel[(M,)](x, residual, weight, y, new_residual, H, x.stride(0), residual.stride(0),
-                              y.stride(0), new_residual.stride(0), eps, BLOCK_H=BLOCK_H, num_warps=num_warps)
-    return y, new_residual
+# include: kernels/add_rmsnorm.py (_add_rmsnorm_kernel, add_rmsnorm)
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_add_rmsnorm_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -274,41 +220,16 @@ plt.show()
 # from the row held in registers (one read of `x`, one write of `y`), computed so that rows with a large
 # mean keep their precision: the grader feeds it rows centred on 300. Use the biased variance (divide by
 # `H`), as `torch.nn.functional.layer_norm` does.
+#
+# How precise can it be? No float32 algorithm escapes one rounding: the mean of such a row, stored in float32,
+# is off by up to `eps · |mean|`, and every centred value carries that error. Relative to the row's spread it is
+# `eps · |mean| / std` ≈ 2·10⁻⁵ at mean 300 (`eps` = 2⁻²⁴ here, the unit roundoff), which is what
+# `F.layer_norm` itself measures. The grader allows four times that and no more; the cancelling formula
+# above misses it by a factor of about a hundred.
 
 # %% nbgrader={"grade": false, "grade_id": "layernorm", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def _layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK_H: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < H
-    x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-    # Shift by the row's first element before summing: the sums then hold deviations of the size of the
-    # spread, not of the mean, and fp32 keeps their digits (a row of 300 +- 1 would lose them otherwise).
-    shift = tl.sum(tl.where(cols == 0, x, 0.0), axis=0)
-    d = tl.where(mask, x - shift, 0.0)
-    mean_d = tl.sum(d, axis=0) / H
-    xc = tl.where(mask, d - mean_d, 0.0)  # the padding lanes must not count in the variance
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=0) / H + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + row * stride_ym + cols, (xc * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) * weight + bias over rows of x (M, H), H <= 16384."""
-    if x.dim() != 2 or weight.shape != (x.shape[1],) or bias.shape != (x.shape[1],):
-        raise ValueError(f"want x (M, H), weight and bias (H,), got {tuple(x.shape)}, {tuple(weight.shape)}, "
-                         f"{tuple(bias.shape)}")
-    if x.stride(1) != 1 or x.shape[1] > 16384:
-        raise ValueError("rows must be contiguous (they may be strided) and at most 16384 wide")
-    M, H = x.shape
-    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    BLOCK_H = triton.next_power_of_2(H)
-    num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
-    _layernorm_kernel[(M,)](x, weight, bias, y, H, x.stride(0), y.stride(0), eps, BLOCK_H=BLOCK_H,
-                            num_warps=num_warps)
-    return y
+# include: kernels/layernorm.py (_layernorm_kernel, layernorm)
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_layernorm_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -460,88 +381,18 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed(
 
 # %% nbgrader={"grade": false, "grade_id": "rmsnorm_backward", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def _rmsnorm_bwd_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, partial_ptr, M, H, stride_xm, stride_dym, stride_dxm, eps,
-                        ROWS_PER_PROGRAM: tl.constexpr, BLOCK_H: tl.constexpr):
-    pid = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < H
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    dw = tl.zeros([BLOCK_H], dtype=tl.float32)
-    for i in range(ROWS_PER_PROGRAM):
-        row = (pid * ROWS_PER_PROGRAM + i).to(tl.int64)
-        m = mask & (row < M)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=m, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * stride_dym + cols, mask=m, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
-        xhat = x * rstd
-        g = dy * w
-        dx = rstd * (g - xhat * (tl.sum(g * xhat, axis=0) / H))
-        tl.store(dx_ptr + row * stride_dxm + cols, dx.to(dx_ptr.dtype.element_ty), mask=m)
-        dw += dy * xhat
-    tl.store(partial_ptr + pid * H + cols, dw, mask=mask)
-
-
-@triton.jit
-def _sum_partials_kernel(partial_ptr, dw_ptr, P, H, BLOCK_P: tl.constexpr, BLOCK: tl.constexpr):
-    # Each program owns BLOCK columns and adds BLOCK_P partial rows per step: many loads in flight.
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK_P, BLOCK], dtype=tl.float32)
-    for start in range(0, P, BLOCK_P):
-        rows = start + tl.arange(0, BLOCK_P)
-        mask = (rows[:, None] < P) & (cols[None, :] < H)
-        acc += tl.load(partial_ptr + rows[:, None] * H + cols[None, :], mask=mask, other=0.0)
-    tl.store(dw_ptr + cols, tl.sum(acc, axis=0).to(dw_ptr.dtype.element_ty), mask=cols < H)
-
-
-def _programs(M: int, device) -> int:
-    """Programs for kernel 1: enough to fill the GPU, few enough that the partial sums stay small."""
-    if device.type == "cuda":
-        return min(M, 2 * torch.cuda.get_device_properties(device).multi_processor_count)  # measured on H200
-    return min(M, 8)
-
-
-def rmsnorm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float):
-    """(dx, dweight) for y = rmsnorm(x, weight, eps) and upstream gradient dy. Two launches."""
-    if x.dim() != 2 or dy.shape != x.shape or weight.shape != (x.shape[1],):
-        raise ValueError(f"want x and dy (M, H), weight (H,), got {tuple(x.shape)}, {tuple(dy.shape)}, "
-                         f"{tuple(weight.shape)}")
-    if x.stride(1) != 1 or dy.stride(1) != 1 or x.shape[1] > 16384:
-        raise ValueError("rows must be contiguous (they may be strided) and at most 16384 wide")
-    M, H = x.shape
-    dx = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    dw = torch.empty((H,), dtype=weight.dtype, device=x.device)
-    programs = _programs(M, x.device)
-    partial = torch.empty((programs, H), dtype=torch.float32, device=x.device)
-    BLOCK_H = triton.next_power_of_2(H)
-    num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
-    _rmsnorm_bwd_kernel[(programs,)](x, weight, dy, dx, partial, M, H, x.stride(0), dy.stride(0), dx.stride(0), eps,
-                                     ROWS_PER_PROGRAM=triton.cdiv(M, programs), BLOCK_H=BLOCK_H, num_warps=num_warps)
-    _sum_partials_kernel[(triton.cdiv(H, 64),)](partial, dw, programs, H, BLOCK_P=32, BLOCK=64, num_warps=4)
-    return dx, dw
+# include: kernels/rmsnorm_backward.py (_rmsnorm_bwd_kernel, _sum_partials_kernel, _programs,
+#     rmsnorm_backward)
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "autograd", "locked": true, "schema_version": 3, "solution": false}
-class TritonRMSNorm(torch.autograd.Function):
-    """Your forward and backward kernels as one differentiable op."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        ctx.save_for_backward(x, weight)
-        ctx.eps = eps
-        return rmsnorm(x, weight, eps)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        dx, dw = rmsnorm_backward(x, weight, dy.contiguous(), ctx.eps)
-        return dx, dw, None
+# include: kernels/rmsnorm_backward.py (RMSNormFunction)
 
 
 x = torch.randn(64, 1000, device=DEVICE, requires_grad=True)
 w = (1 + 0.1 * torch.randn(1000, device=DEVICE)).requires_grad_()
 dy = torch.randn(64, 1000, device=DEVICE)
-TritonRMSNorm.apply(x, w, 1e-5).backward(dy)
+RMSNormFunction.apply(x, w, 1e-5).backward(dy)
 xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
 ref_rms.rmsnorm_reference(xd, wd, 1e-5).backward(dy.double())
 print(f"dx: relative error {((x.grad.double() - xd.grad).norm() / xd.grad.norm()).item():.2e}")

@@ -90,45 +90,7 @@ def rel_err(got, exact):
 # `grouped_tile` and `tile_dot`):
 
 # %% nbgrader={"grade": false, "grade_id": "matmul-kernel", "locked": true, "schema_version": 3, "solution": false}
-@triton.jit
-def grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    # Tiles numbered down groups of GROUP_M tile-rows, column by column: the programs in flight at once
-    # cover a GROUP_M-tall band, so its x rows and the w columns they meet stay in L2.
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (tile // per_group) * GROUP_M
-    group_m = min(tl.cdiv(M, BLOCK_M) - first_m, GROUP_M)
-    return first_m + (tile % per_group) % group_m, (tile % per_group) // group_m
-
-
-@triton.jit
-def tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    # x[rm, :] @ w[:, rn] in float32. Masked loads fill the ragged edges with zeros, which add nothing.
-    rk = tl.arange(0, BLOCK_K)
-    x_tile = x_ptr + rm.to(tl.int64)[:, None] * stride_xm + rk[None, :] * stride_xk
-    w_tile = w_ptr + rk[:, None] * stride_wk + rn.to(tl.int64)[None, :] * stride_wn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        a = tl.load(x_tile, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)
-        b = tl.load(w_tile, mask=(rk[:, None] < K - k) & (rn[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)  # one fp32 accumulator for the whole K loop
-        x_tile += BLOCK_K * stride_xk
-        w_tile += BLOCK_K * stride_wk
-    return acc
-
-
-@triton.jit
-def _matmul_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn, stride_om,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                   PRECISION: tl.constexpr):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn,
-                   BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-    out = out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+# include: kernels/matmul.py (grouped_tile, tile_dot, _matmul_kernel)
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "tiles-measure-md", "locked": true, "schema_version": 3, "solution": false}
@@ -376,65 +338,8 @@ for i, m in enumerate(MS_EPI):
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def gelu_tanh(u):
-    # 0.5 u (1 + tanh(z)) = u * sigmoid(2 z): one exp, no tanh (spelled differently across Triton versions),
-    # right at both tails, where exp overflows to inf or underflows to 0. fdiv: a division within 2 ulp in a
-    # few instructions instead of the IEEE one's dozen; the epilogue runs while the tensor cores wait.
-    z = 0.7978845608028654 * (u + 0.044715 * u * u * u)
-    return tl.fdiv(u, 1.0 + tl.exp(-2.0 * z))
-
-
-@triton.jit
-def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk,
-                               stride_wn, stride_b, stride_rm, stride_rn, stride_om,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                               GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn,
-                   BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-    # The epilogue, on the float32 accumulator while it is still in registers; one rounding at the store.
-    mask = (rm[:, None] < M) & (rn[None, :] < N)
-    bias = tl.load(b_ptr + rn * stride_b, mask=rn < N, other=0.0).to(tl.float32)
-    res = tl.load(r_ptr + rm.to(tl.int64)[:, None] * stride_rm + rn[None, :] * stride_rn, mask=mask, other=0.0)
-    y = gelu_tanh(acc + bias[None, :]) + res.to(tl.float32)
-    tl.store(out_ptr + rm.to(tl.int64)[:, None] * stride_om + rn[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-def gemm_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dict:
-    """Tile shape by regime, chosen by timing on an H200 (python -m kernels.bench_gemm --sweep). Shared memory
-    holds num_stages - 1 pairs of x and w tiles: float32 elements take twice the room, so half the K step."""
-    wide = element_size > 2
-    if M <= 32:  # decode: the weights dominate the bytes; many narrow tiles keep enough loads in flight
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128 if wide else 256, GROUP_M=1, num_warps=4, num_stages=3)
-    if M <= 256:
-        return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=4, num_stages=4)
-    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=8, num_stages=4)
-
-
-def _check_epilogue_inputs(x, w, b, r) -> tuple[int, int, int]:
-    M, N, K = check_gemm_inputs(x, w)
-    if b.dim() != 1 or b.shape[0] != N or r.shape != (M, N):
-        raise ValueError(f"x {tuple(x.shape)} @ w {tuple(w.shape)} is ({M}, {N}): want b ({N},) and r ({M}, {N}), "
-                         f"got b {tuple(b.shape)} and r {tuple(r.shape)}")
-    if b.dtype != x.dtype or r.dtype != x.dtype or b.device != x.device or r.device != x.device:
-        raise ValueError(f"b and r must have x's dtype and device ({x.dtype}, {x.device}), got "
-                         f"b {b.dtype} on {b.device}, r {r.dtype} on {r.device}")
-    return M, N, K
-
-
-def gemm_gelu_residual(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """gelu_tanh(x @ w + b) + r in one kernel: x (M, K), w (K, N), b (N,), r (M, N), any strides."""
-    M, N, K = _check_epilogue_inputs(x, w, b, r)
-    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    cfg = gemm_launch_settings(M, N, K, x.element_size())
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    _gemm_gelu_residual_kernel[grid](x, w, b, r, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                                     b.stride(0), r.stride(0), r.stride(1), out.stride(0),
-                                     PRECISION=dot_precision(x.dtype), **cfg)
-    return out
+# include: kernels/gemm_epilogue.py (gelu_tanh, _gemm_gelu_residual_kernel, gemm_launch_settings,
+#     _check_epilogue_inputs, gemm_gelu_residual)
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-try", "locked": true, "schema_version": 3, "solution": false}
@@ -609,51 +514,7 @@ for m, row in swiglu_us.items():
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-@triton.jit
-def _swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_xk, stride_gk, stride_gn, stride_uk,
-                   stride_un, stride_hm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    x_tile = x_ptr + rm.to(tl.int64)[:, None] * stride_xm + rk[None, :] * stride_xk
-    g_tile = wg_ptr + rk[:, None] * stride_gk + rn.to(tl.int64)[None, :] * stride_gn
-    u_tile = wu_ptr + rk[:, None] * stride_uk + rn.to(tl.int64)[None, :] * stride_un
-    gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        w_mask = (rk[:, None] < K - k) & (rn[None, :] < N)
-        a = tl.load(x_tile, mask=(rm[:, None] < M) & (rk[None, :] < K - k), other=0.0)  # read once, used twice
-        gate = tl.dot(a, tl.load(g_tile, mask=w_mask, other=0.0), gate, input_precision=PRECISION)
-        up = tl.dot(a, tl.load(u_tile, mask=w_mask, other=0.0), up, input_precision=PRECISION)
-        x_tile += BLOCK_K * stride_xk
-        g_tile += BLOCK_K * stride_gk
-        u_tile += BLOCK_K * stride_uk
-    h = tl.fdiv(gate, 1.0 + tl.exp(-gate)) * up  # silu(gate) * up in float32, rounded once
-    tl.store(h_ptr + rm.to(tl.int64)[:, None] * stride_hm + rn[None, :], h.to(h_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-def swiglu_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dict:
-    """Two accumulators per program: the tiles of a single GEMM, half as wide. Timed on an H200."""
-    wide = element_size > 2  # float32: twice the shared memory per stage
-    if M <= 32:  # decode: both weights stream through many narrow tiles
-        return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=64 if wide else 128, GROUP_M=1, num_warps=4, num_stages=3)
-    if M <= 256:
-        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=4, num_stages=4)
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3 if wide else 5)
-
-
-def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    """silu(x @ w_gate) * (x @ w_up) in one kernel: x (M, K), w_gate and w_up (K, N), any strides."""
-    M, N, K = check_gemm_inputs(x, w_gate, w_up)
-    h = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    cfg = swiglu_launch_settings(M, N, K, x.element_size())
-    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    _swiglu_kernel[grid](x, w_gate, w_up, h, M, N, K, x.stride(0), x.stride(1), w_gate.stride(0), w_gate.stride(1),
-                         w_up.stride(0), w_up.stride(1), h.stride(0), PRECISION=dot_precision(x.dtype), **cfg)
-    return h
+# include: kernels/swiglu.py (_swiglu_kernel, swiglu_launch_settings, swiglu)
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-try", "locked": true, "schema_version": 3, "solution": false}
