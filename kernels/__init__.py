@@ -1,5 +1,7 @@
-"""Reference fused kernels, one op per module: the jit kernel, a plain launcher, a torch reference and the
-bytes (or flops) the op must move. Importing this package picks the device first (interpreter without a GPU).
+"""Reference fused kernels, one op per module: the jit kernel and a plain launcher, with the op's torch side (the
+float64 reference, the eager version, the bytes or flops it must move) imported from autograder/ops, which the
+grader shares without needing these solutions. Importing this package picks the device first (interpreter
+without a GPU).
 """
 
 from autograder import runtime as _runtime

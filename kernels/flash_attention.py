@@ -18,6 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.ops.flash_attention import (  # noqa: F401  the torch side of the op, shared with the grader
+    attention_bytes,
+    attention_flops,
+    attention_naive,
+    attention_reference,
+    attention_scores,
+)
 from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_ready
 
 LOG2E = 1.4426950408889634
@@ -242,35 +249,3 @@ def _launch_attention_tma(q, k, v, causal: bool, settings: tuple):
 
     first_that_compiles(_flash_attention_tma_kernel, settings, launch)
     return o, lse
-
-
-def attention_scores(q, k, causal: bool = False, first_hidden: int = 1):
-    """S = q kᵀ / sqrt(D), (B, H, N, N_kv); causal: -inf from key i + first_hidden on in row i (1: the keys
-    after the query)."""
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        hidden = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(first_hidden)
-        s = s.masked_fill(hidden, float("-inf"))
-    return s
-
-
-def attention_naive(q, k, v, causal: bool = False):
-    """The textbook version: S and P are (B, H, N, N_kv) tensors in memory."""
-    s = attention_scores(q, k, causal)
-    lse = torch.logsumexp(s.float(), dim=-1)
-    return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v, lse
-
-
-def attention_reference(q, k, v, causal: bool = False):
-    o, lse = attention_naive(q.double(), k.double(), v.double(), causal)
-    return o, lse.double()
-
-
-def attention_flops(q, k, v=None, causal: bool = False) -> int:
-    """Two GEMMs of 2 N N_kv D flops per head; a causal mask halves the work that counts."""
-    B, H, N, D = q.shape
-    return 4 * B * H * N * k.shape[2] * D // (2 if causal else 1)
-
-
-def attention_bytes(q, k, v, causal: bool = False) -> int:
-    return q.element_size() * (2 * q.numel() + k.numel() + v.numel()) + 4 * q.shape[0] * q.shape[1] * q.shape[2]

@@ -16,6 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.ops.qkv_projection import (  # noqa: F401  the torch side of the op, shared with the grader
+    qkv_projection_bytes,
+    qkv_projection_concat,
+    qkv_projection_eager,
+    qkv_projection_flops,
+    qkv_projection_reference,
+)
+
 
 @triton.jit
 def _qkv_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_om,
@@ -80,30 +88,3 @@ def qkv_projection(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
     _qkv_kernel[grid](x, w_qkv, out, M, N, K, x.stride(0), x.stride(1), w_qkv.stride(0), w_qkv.stride(1),
                       out.stride(0), PRECISION=precision, **cfg)
     return split_qkv(out, kv_width)
-
-
-def qkv_projection_eager(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
-    """Three GEMMs, one per projection, each reading x: the unfused version."""
-    w_q, w_k, w_v = split_qkv(w_qkv.t(), kv_width)
-    return x @ w_q, x @ w_k, x @ w_v
-
-
-def qkv_projection_concat(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
-    """One cuBLAS GEMM over the concatenated weight, then views: what inference engines do."""
-    return split_qkv(x @ w_qkv.t(), kv_width)
-
-
-def qkv_projection_reference(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
-    return split_qkv(x.double() @ w_qkv.double().t(), kv_width)
-
-
-def qkv_projection_bytes(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int = 0, fused: bool = True) -> int:
-    """Read x (once fused, three times not), read w_qkv, write the (M, N) output."""
-    e = x.element_size()
-    M, K = x.shape
-    N = w_qkv.shape[0]
-    return e * ((1 if fused else 3) * M * K + N * K + M * N)
-
-
-def qkv_projection_flops(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int = 0) -> int:
-    return 2 * x.shape[0] * x.shape[1] * w_qkv.shape[0]

@@ -15,6 +15,12 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.ops.softmax import (  # noqa: F401  the torch side of the op, shared with the grader
+    softmax_bytes,
+    softmax_eager,
+    softmax_reference,
+)
+
 ONE_BLOCK_MAX = 16384  # rows up to this length are held in registers whole: one read of x
 
 
@@ -71,19 +77,3 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
         return y
     _softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), **softmax_launch_settings(N))
     return y
-
-
-def softmax_eager(x: torch.Tensor) -> torch.Tensor:
-    """The textbook formula op by op: five kernels, each a pass over the row."""
-    shifted = x - x.max(dim=-1, keepdim=True).values
-    e = shifted.exp()
-    return e / e.sum(dim=-1, keepdim=True)
-
-
-def softmax_reference(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x.double(), dim=-1)
-
-
-def softmax_bytes(x: torch.Tensor) -> int:
-    """The fewest bytes: read x once, write y once."""
-    return 2 * x.numel() * x.element_size()

@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from kernels import fused_chain as fc
-
+from ..ops import fused_chain as fc
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, NumericExercise, Shape
 

@@ -6,10 +6,9 @@ import math
 
 import torch
 
-from kernels import multi_tensor_adamw as mta
-from kernels import qkv_projection as qkv
-from kernels import row_sum_sumsq as rss
-
+from ..ops import multi_tensor_adamw as mta
+from ..ops import qkv_projection as qkv
+from ..ops import row_sum_sumsq as rss
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape, StepExercise
 from .rounding import TF32_NOTE, tf32

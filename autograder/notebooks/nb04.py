@@ -7,9 +7,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kernels import gemm_epilogue as ge
-from kernels import swiglu as sw
-
+from ..ops import gemm_epilogue as ge
+from ..ops import swiglu as sw
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape
 from .rounding import TF32_NOTE, tf32

@@ -8,10 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from kernels import flash_attention as fa
-from kernels import linear_cross_entropy as lce
-from kernels import softmax as sm
-
+from ..ops import flash_attention as fa
+from ..ops import linear_cross_entropy as lce
+from ..ops import softmax as sm
 from ..sandbox import to_device_keeping_layout
 from ..specs import KernelExercise, Shape
 
