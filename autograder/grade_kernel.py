@@ -52,11 +52,16 @@ def _inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> 
     return ex.make_inputs(shape, dtype, device or runtime.device(), gen)
 
 
+_LIBRARY_PATHS = ("site-packages", "dist-packages", os.sep + "autograder" + os.sep, os.sep + "triton" + os.sep)
+
+
 def _student_error(exc: BaseException, function: str) -> str:
-    if isinstance(exc, NotImplementedError):
-        return f"{function} raised NotImplementedError: the exercise is not done yet"
     frames = traceback.extract_tb(exc.__traceback__)
-    library = ("site-packages", "dist-packages", os.sep + "autograder" + os.sep, os.sep + "triton" + os.sep)
+    library = _LIBRARY_PATHS
+    raised_by_student = bool(frames) and not any(part in frames[-1].filename for part in library)
+    if isinstance(exc, NotImplementedError) and raised_by_student and not str(exc).strip():
+        # The release's placeholder (`raise NotImplementedError()`); one raised inside a library keeps its words.
+        return f"{function} raised NotImplementedError: the exercise is not done yet"
     where = ""
     for fr in reversed(frames):  # the innermost frame in the student's own code
         if not any(part in fr.filename for part in library):
@@ -144,6 +149,11 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = No
         return None, watch, [_student_error(exc, ex.function)]
     left = _left_running(ex, threads)
     problems = [left] if left else []
+    for i, o in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
+        for k, g in guarded.items():
+            if isinstance(o, torch.Tensor) and o.numel() and storage_of(o) == storage_of(g.tensor):
+                label = f"{ex.output_names[i]}: " if len(ex.output_names) > 1 and i < len(ex.output_names) else ""
+                problems.append(f"{label}output shares memory with input {k}: write the result to a new tensor")
     for k, g in guarded.items():
         if not torch.equal(g.buffer.view(torch.uint8), snapshots[k].view(torch.uint8)):
             damage = g.guard_damage()
@@ -171,6 +181,36 @@ def _left_running(ex: KernelExercise, before: set) -> str | None:
     return None
 
 
+def output_problem(ex: KernelExercise, value, refs: tuple, inputs: dict, input_dtype) -> str | None:
+    """What is wrong with the form of what fn returned (kind, count, device, dtype, shape, autograd, aliasing), in
+    words, or None when every output has the form of the reference; the values are judged elsewhere."""
+    if value is None:
+        return f"{ex.function} returned None, expected {_expected_kind(ex)} (a missing `return`?)"
+    outs = _as_outputs(value, len(refs))
+    if outs is None:
+        got = type(value).__name__
+        if isinstance(value, (tuple, list)):
+            got = f"a {got} of {len(value)}: {', '.join(type(v).__name__ for v in value)}"
+        return f"{ex.function} returned {got}, expected {_expected_kind(ex)}"
+    device = next((v.device for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        label = f"{ex.output_names[i]}: " if len(refs) > 1 else ""
+        if device is not None and o.device.type != device.type:
+            return f"{label}output is on {o.device}, the inputs on {device}: return it on the inputs' device"
+        if tuple(o.shape) != tuple(r.shape):
+            return f"{label}output has shape {tuple(o.shape)}, expected {tuple(r.shape)}"
+        dtype = ex.out_dtype(input_dtype, i)
+        if o.dtype != dtype:
+            return f"{label}output dtype is {_dtype_name(o.dtype)}, expected {_dtype_name(dtype)}"
+        if o.requires_grad:
+            return (f"{label}output requires grad: the grader takes a plain tensor (compute it under "
+                    "torch.no_grad(), or wrap the kernel in a torch.autograd.Function)")
+        for k, v in inputs.items():
+            if isinstance(v, torch.Tensor) and o.numel() and v.numel() and storage_of(o) == storage_of(v):
+                return f"{label}output shares memory with input {k}: write the result to a new tensor"
+    return None
+
+
 def _as_outputs(value, n: int):
     """The outputs as a tuple, or None when fn returned the wrong kind or number of things."""
     if n == 1:
@@ -185,7 +225,15 @@ def _expected_kind(ex: KernelExercise) -> str:
     return "a torch.Tensor" if n == 1 else f"a tuple of {n} tensors ({', '.join(ex.output_names)})"
 
 
-def _check_output(ex, index, out, ref, input_dtype, watch) -> str | None:
+def tolerance(ex: KernelExercise, inputs: dict, dtype) -> tuple[float, float]:
+    """(atol, rtol) of the elementwise comparison for these inputs."""
+    atol, rtol = ex.tolerance[dtype]
+    if ex.atol_from_inputs is not None:
+        atol = max(atol, ex.atol_from_inputs(inputs, dtype))
+    return atol, rtol
+
+
+def _check_output(ex, index, out, ref, input_dtype, watch, tol) -> str | None:
     name = ex.output_names[index]
     label = f"{name}: " if len(ex.output_names) > 1 else ""
     dtype = ex.out_dtype(input_dtype, index)
@@ -202,7 +250,7 @@ def _check_output(ex, index, out, ref, input_dtype, watch) -> str | None:
         if n:
             first = [int(i) for i in torch.nonzero(unwritten)[0]]
             return f"{label}{n} of {out.numel()} output elements were never written (first at index {first})"
-    mismatch = _compare(out, ref, dtype, *ex.tolerance[input_dtype])
+    mismatch = _compare(out, ref, dtype, *tol)
     return label + mismatch if mismatch else None
 
 
@@ -235,14 +283,17 @@ def _run(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = Non
     """(outputs or None, problems) of one guarded call, checked against the reference."""
     refs = _as_tuple(ex.reference(**inputs))
     out, watch, problems = guarded_call(ex, fn, inputs, guarded)
-    if out is None:
+    if out is None and problems:  # it raised
         return None, problems
     outs = _as_outputs(out, len(refs))
     if outs is None:
-        return None, problems + [f"{ex.function} returned {type(out).__name__}, expected {_expected_kind(ex)}"]
+        return None, problems + [output_problem(ex, out, refs, inputs, dtype)]
+    form = output_problem(ex, out, refs, inputs, dtype)
+    if form and "requires grad" in form:  # shape, dtype and device are checked per output below
+        problems.append(form)
     mismatched = False
     for i, (o, r) in enumerate(zip(outs, refs)):
-        msg = _check_output(ex, i, o, r, dtype, watch)
+        msg = _check_output(ex, i, o, r, dtype, watch, tolerance(ex, inputs, dtype))
         if msg:
             problems.append(msg)
             mismatched = mismatched or "differ from the reference" in msg
@@ -399,6 +450,21 @@ def _slope(lengths, errs) -> float:
     return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
 
 
+def precision_bound(ex: KernelExercise, inputs: dict, refs: tuple, dtype) -> tuple[float, float, str, str]:
+    """(bound on ||out - ref|| / ||ref||, what rounding the exact result to the output dtype costs, that dtype's
+    name, a note when the bound comes from the arithmetic the inputs force)."""
+    # Rounding the exact result to the output dtype (float32 outputs of float16 inputs too).
+    ideal, rounded_to = max((_rel_err(r.to(ex.out_dtype(dtype, i)), r), _dtype_name(ex.out_dtype(dtype, i)))
+                            for i, r in enumerate(refs))
+    bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
+    floor_note = ""
+    if ex.precision_floor_from_inputs is not None:
+        floor, why = ex.precision_floor_from_inputs(inputs, dtype)
+        if floor > bound:
+            bound, floor_note = floor, f"; the bound is what {why} may cost"
+    return bound, ideal, rounded_to, floor_note
+
+
 def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures, hint = {}, [], None
     shapes = ex.precision_shapes or (ex.precision_shape,)
@@ -411,23 +477,15 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             out, watch, problems = guarded_call(ex, fn, inputs)
             if problems:
                 return CriterionResult("precision", FAILED, "; ".join(problems), figures)
+            form = output_problem(ex, out, refs, inputs, dtype)
+            if form:
+                return CriterionResult("precision", FAILED, form, figures)
             outs = _as_outputs(out, len(refs))
-            if outs is None or any(o.shape != r.shape for o, r in zip(outs, refs)):
-                return CriterionResult("precision", FAILED, "the outputs have the wrong type or shape (see correctness)",
-                                       figures)
             not_computed = _not_by_a_kernel(ex, watch, outs)
             if not_computed:
                 return CriterionResult("precision", FAILED, not_computed, figures)
             err = max(_rel_err(o, r) for o, r in zip(outs, refs))
-            # What rounding the exact result to the output dtype costs (float32 outputs of float16 inputs too).
-            ideal, rounded_to = max((_rel_err(r.to(ex.out_dtype(dtype, i)), r), _dtype_name(ex.out_dtype(dtype, i)))
-                                    for i, r in enumerate(refs))
-            bound = max(ex.precision_factor * ideal, ex.precision_floor.get(dtype, 0.0))
-            floor_note = ""
-            if ex.precision_floor_from_inputs is not None:
-                floor, why = ex.precision_floor_from_inputs(inputs, dtype)
-                if floor > bound:
-                    bound, floor_note = floor, f"; the bound is what {why} may cost"
+            bound, ideal, rounded_to, floor_note = precision_bound(ex, inputs, refs, dtype)
             errs.append(err)
             excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
             ratios.append(err / bound if bound > 0 else math.inf)
@@ -497,8 +555,11 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
     # own reductions drift by more than that at this size.
     expected = _as_tuple(ex.reference(**inputs))
+    form = output_problem(ex, out, expected, inputs, ex.perf_dtype)
+    if form:
+        return CriterionResult("performance", FAILED, f"{form} (at the benchmark size {ex.perf_shape}): not timed")
     outs = _as_outputs(out, len(expected))
-    if outs is None or not all(o.shape == e.shape and _rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
+    if not all(_rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
     del expected
     ms = bench_ms(lambda: fn(*args))
@@ -680,10 +741,13 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     except Exception as exc:
         return CriterionResult("memory", FAILED, _student_error(exc, ex.function))
     expected = _as_tuple(ex.reference(**inputs))
-    outs = _as_outputs(out, len(expected))
     figures = {"extra_bytes": extra, "bound_bytes": bound, "materialised_bytes": materialised}
     where = f"shape {shape}, {_dtype_name(dtype)}"
-    if outs is None or not all(o.shape == e.shape and _rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
+    form = output_problem(ex, out, expected, inputs, dtype)
+    if form:
+        return CriterionResult("memory", FAILED, f"{form} ({where}): memory not judged", figures)
+    outs = _as_outputs(out, len(expected))
+    if not all(_rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("memory", FAILED, f"wrong result at {where}: memory not judged (see correctness)",
                                figures)
     if launches.count == 0:
