@@ -171,23 +171,6 @@ def _epilogue_only(y, b, r):
     return out
 
 
-def test_planted_kernel_without_a_bug_passes():
-    report = check(EPILOGUE, _gemm, criteria=QUICK)
-    for r in report.results:
-        assert r.status == "passed", f"{r.name}: {r.message}"
-
-
-@pytest.mark.parametrize("bug, named", [
-    ("gelu_erf", "likely cause: GELU's erf form"),
-    ("residual_inside", "likely cause: the residual went inside the GELU"),
-    ("bias_after", "likely cause: the bias was added after the GELU"),
-    ("no_bias", "likely cause: the bias b is missing"),
-], ids=["gelu-erf", "residual-inside", "bias-after", "no-bias"])
-def test_wrong_epilogues_are_named(bug, named):
-    r = check(EPILOGUE, _epilogue_with(**{bug: True}), criteria=["correctness"])["correctness"]
-    assert r.status == "failed" and named in r.message, r.message
-
-
 def test_summing_only_the_first_k_tile_fails_correctness_without_a_wrong_diagnosis():
     r = check(EPILOGUE, _epilogue_with(k_loop=False), criteria=["correctness"])["correctness"]
     assert r.status == "failed" and "elements differ from the reference" in r.message, r.message
@@ -249,13 +232,6 @@ def test_epilogue_as_a_second_kernel_is_correct_but_fails_fusion():
     msg = report["fusion"].message
     assert report["fusion"].status == "failed", msg
     assert "launched 2 kernels (_gemm_kernel, _epilogue_only_kernel); at most 1 allowed" in msg, msg
-
-
-@pytest.mark.gpu
-def test_tf32_products_are_named_on_gpu():
-    # The interpreter multiplies float32 exactly whatever input_precision says: TF32 shows on a GPU only.
-    r = check(EPILOGUE, _epilogue_with(precision="tf32"), criteria=["correctness"])["correctness"]
-    assert r.status == "failed" and "TF32" in r.message, r.message
 
 
 # =========================================================================================================
@@ -340,21 +316,6 @@ def _swiglu_three_kernels(x, w_gate, w_up):
     return h
 
 
-def test_planted_swiglu_without_a_bug_passes():
-    report = check(SWIGLU, _swiglu, criteria=QUICK)
-    for r in report.results:
-        assert r.status == "passed", f"{r.name}: {r.message}"
-
-
-@pytest.mark.parametrize("bug, named", [
-    ("swap_gate_up", "likely cause: gate and up are swapped"),
-    ("sigmoid_only", "likely cause: sigmoid(gate) * up"),
-], ids=["gate-up-swapped", "sigmoid-not-silu"])
-def test_wrong_swiglu_formulas_are_named(bug, named):
-    r = check(SWIGLU, _swiglu_with(**{bug: True}), criteria=["correctness"])["correctness"]
-    assert r.status == "failed" and named in r.message, r.message
-
-
 def test_gate_rounded_before_the_silu_fails_precision():
     # silu(round(g)) * u: two roundings where one is allowed, measured at 1.41 to 1.47 times the bound in
     # float16; correctness (2e-3) does not see it.
@@ -372,9 +333,39 @@ def test_two_gemms_and_an_elementwise_kernel_fail_fusion():
     assert "launched 3 kernels (_gemm_kernel, _gemm_kernel, _silu_mul_kernel); at most 1 allowed" in msg, msg
 
 
+# =========================================================================================================
+# Both exercises: the planted kernels pass without a bug; their wrong formulas are named
+# =========================================================================================================
+
+PLANTED = {EPILOGUE: _epilogue_with, SWIGLU: _swiglu_with}  # exercise -> (keyword of the bug -> submission)
+
+
+@pytest.mark.parametrize("exercise", list(PLANTED))
+def test_planted_kernel_without_a_bug_passes(exercise):
+    report = check(exercise, PLANTED[exercise](), criteria=QUICK)
+    for r in report.results:
+        assert r.status == "passed", f"{r.name}: {r.message}"
+
+
+@pytest.mark.parametrize("exercise, bug, named", [
+    (EPILOGUE, "gelu_erf", "likely cause: GELU's erf form"),
+    (EPILOGUE, "residual_inside", "likely cause: the residual went inside the GELU"),
+    (EPILOGUE, "bias_after", "likely cause: the bias was added after the GELU"),
+    (EPILOGUE, "no_bias", "likely cause: the bias b is missing"),
+    (SWIGLU, "swap_gate_up", "likely cause: gate and up are swapped"),
+    (SWIGLU, "sigmoid_only", "likely cause: sigmoid(gate) * up"),
+], ids=["gemm_gelu_residual-gelu-erf", "gemm_gelu_residual-residual-inside", "gemm_gelu_residual-bias-after",
+        "gemm_gelu_residual-no-bias", "swiglu-gate-up-swapped", "swiglu-sigmoid-not-silu"])
+def test_wrong_formulas_are_named(exercise, bug, named):
+    r = check(exercise, PLANTED[exercise](**{bug: True}), criteria=["correctness"])["correctness"]
+    assert r.status == "failed" and named in r.message, r.message
+
+
 @pytest.mark.gpu
-def test_tf32_swiglu_is_named_on_gpu():
-    r = check(SWIGLU, _swiglu_with(precision="tf32"), criteria=["correctness"])["correctness"]
+@pytest.mark.parametrize("exercise", list(PLANTED))
+def test_tf32_products_are_named_on_gpu(exercise):
+    # The interpreter multiplies float32 exactly whatever input_precision says: TF32 shows on a GPU only.
+    r = check(exercise, PLANTED[exercise](precision="tf32"), criteria=["correctness"])["correctness"]
     assert r.status == "failed" and "TF32" in r.message, r.message
 
 

@@ -22,6 +22,19 @@ def _within_rounding(got, ref, dtype, factor=3.0, floor=1e-6):
     return _rel(got, ref) <= factor * _rel(ref.to(dtype), ref) + floor
 
 
+def _assert_attention_matches(o, lse, q, k, v, causal, dtype, *, floor=1e-6, lse_tol=1e-6):
+    """o within twice dtype's rounding of the float64 reference (plus floor), lse within lse_tol of it."""
+    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
+    assert _within_rounding(o, ref_o, dtype, factor=2.0, floor=floor)
+    assert _rel(lse, ref_lse) < lse_tol
+
+
+def _assert_loss_matches(loss, h, w, t, tol):
+    """The largest error of loss against the float64 reference below tol * (1 + its largest |value|)."""
+    ref = lce.linear_cross_entropy_reference(h, w, t)
+    assert float((loss.double() - ref).abs().max()) < tol * (1 + float(ref.abs().max()))
+
+
 @pytest.mark.parametrize("m,n", [(1, 1), (3, 7), (5, 1000), (2, sm.ONE_BLOCK_MAX), (3, sm.ONE_BLOCK_MAX + 1),
                                  (2, 40000)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -58,10 +71,8 @@ def test_softmax_refuses_bad_input_and_handles_empty():
 def test_flash_attention_matches_reference(b, h, n, d, causal, dtype):
     q, k, v = (torch.randn(b, h, n, d).to(dtype).to(DEVICE) for _ in range(3))
     o, lse = fa.flash_attention(q, k, v, causal)
-    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
     assert o.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (b, h, n)
-    assert _within_rounding(o, ref_o, dtype, factor=2.0, floor=2e-6)
-    assert _rel(lse, ref_lse) < 1e-6
+    _assert_attention_matches(o, lse, q, k, v, causal, dtype, floor=2e-6)
 
 
 def test_flash_attention_keys_longer_than_queries_and_strided_views():
@@ -69,8 +80,7 @@ def test_flash_attention_keys_longer_than_queries_and_strided_views():
     kv = torch.randn(1, 130, 2, 2, 64, device=DEVICE)  # (B, N_kv, 2, H, D): k and v are strided views
     k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)
     o, lse = fa.flash_attention(q, k, v)
-    ref_o, ref_lse = fa.attention_reference(q, k, v)
-    assert _within_rounding(o, ref_o, torch.float32, factor=2.0, floor=2e-6) and _rel(lse, ref_lse) < 1e-6
+    _assert_attention_matches(o, lse, q, k, v, False, torch.float32, floor=2e-6)
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -101,9 +111,8 @@ def test_linear_cross_entropy_matches_reference(m, k, v, dtype):
     w = (3 * torch.randn(v, k, generator=gen) / math.sqrt(k)).to(dtype).to(DEVICE)
     t = torch.randint(0, v, (m,), generator=gen).to(DEVICE)
     loss = lce.linear_cross_entropy(h, w, t)
-    ref = lce.linear_cross_entropy_reference(h, w, t)
     assert loss.dtype == torch.float32 and loss.shape == (m,)
-    assert float((loss.double() - ref).abs().max()) < 1e-4 * (1 + float(ref.abs().max()))
+    _assert_loss_matches(loss, h, w, t, 1e-4)
 
 
 def test_linear_cross_entropy_takes_int32_targets_and_strided_hidden_states():
@@ -145,9 +154,8 @@ def test_tma_attention_path_matches_reference(b, h, n, d, causal):
     q, k, v = (torch.randn(b, h, n, d).half().to(DEVICE) for _ in range(3))
     tiles = fa.ATTENTION_TMA_SETTINGS if runtime.has_gpu() else SMALL_ATTENTION_TILES
     o, lse = fa._launch_attention_tma(q, k, v, causal, tiles)
-    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
-    assert o.dtype == torch.float16 and _within_rounding(o, ref_o, torch.float16, factor=2.0)
-    assert _rel(lse, ref_lse) < 1e-6
+    assert o.dtype == torch.float16
+    _assert_attention_matches(o, lse, q, k, v, causal, torch.float16)
 
 
 def test_tma_attention_keeps_heads_apart_at_ragged_lengths():
@@ -165,8 +173,7 @@ def test_tma_attention_keeps_heads_apart_at_ragged_lengths():
 def test_tma_attention_falls_back_where_the_engine_does_not_apply():
     q, k, v = (torch.randn(1, 2, 50, 64, device=DEVICE) for _ in range(3))  # float32: the portable kernel
     o, lse = fa.flash_attention_tma(q, k, v, True)
-    ref_o, ref_lse = fa.attention_reference(q, k, v, True)
-    assert _within_rounding(o, ref_o, torch.float32, factor=2.0, floor=2e-6) and _rel(lse, ref_lse) < 1e-6
+    _assert_attention_matches(o, lse, q, k, v, True, torch.float32, floor=2e-6)
     with pytest.raises(ValueError, match="causal"):
         fa.flash_attention_tma(q[:, :, :5], k, v, True)
 
@@ -179,9 +186,7 @@ def test_tma_cross_entropy_path_matches_reference(subtiles, flatten):
     t = torch.randint(0, 1000, (70,), generator=gen).to(DEVICE)
     cfg = dict(BLOCK_M=32, BLOCK_V=64, BLOCK_K=32, GROUP_M=4, SUBTILES=subtiles, FLATTEN=flatten, num_warps=4,
                num_stages=2)
-    loss = lce._launch_tma(h, w, t, (cfg,))
-    ref = lce.linear_cross_entropy_reference(h, w, t)
-    assert float((loss.double() - ref).abs().max()) < 1e-4 * (1 + float(ref.abs().max()))
+    _assert_loss_matches(lce._launch_tma(h, w, t, (cfg,)), h, w, t, 1e-4)
 
 
 def test_tma_cross_entropy_falls_back_and_checks_its_inputs():
@@ -193,23 +198,26 @@ def test_tma_cross_entropy_falls_back_and_checks_its_inputs():
         lce.linear_cross_entropy_tma(h, w, torch.full((6,), 50, device=DEVICE))
 
 
+def _bf16_gpu_ce_inputs(m, v, k=1024):
+    """Hidden states h (m, k), weights w (v, k) scaled by 1/32 and targets, bf16 on the GPU."""
+    h = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(v, k, device="cuda") / 32).to(torch.bfloat16)
+    t = torch.randint(0, v, (m,), device="cuda")
+    return h, w, t
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("d,causal", [(64, False), (128, True), (128, False)])
 def test_tma_attention_bf16_on_gpu(d, causal):
     q, k, v = (torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o, lse = fa._launch_attention_tma(q, k, v, causal, fa.ATTENTION_TMA_SETTINGS)  # below the length it is used at
-    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
-    assert _within_rounding(o, ref_o, torch.bfloat16, factor=2.0) and _rel(lse, ref_lse) < 1e-5
+    _assert_attention_matches(o, lse, q, k, v, causal, torch.bfloat16, lse_tol=1e-5)
 
 
 @pytest.mark.gpu
 def test_tma_cross_entropy_bf16_on_gpu():
-    h = torch.randn(1000, 1024, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(32001, 1024, device="cuda") / 32).to(torch.bfloat16)
-    t = torch.randint(0, 32001, (1000,), device="cuda")
-    loss = lce.linear_cross_entropy_tma(h, w, t)
-    ref = lce.linear_cross_entropy_reference(h, w, t)
-    assert float((loss.double() - ref).abs().max()) < 1e-3 * (1 + float(ref.abs().max()))
+    h, w, t = _bf16_gpu_ce_inputs(1000, 32001)
+    _assert_loss_matches(lce.linear_cross_entropy_tma(h, w, t), h, w, t, 1e-3)
 
 
 @pytest.mark.gpu
@@ -224,20 +232,16 @@ def test_softmax_bf16_on_gpu(n):
 def test_flash_attention_bf16_on_gpu(d, causal):
     q, k, v = (torch.randn(2, 4, 1000, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o, lse = fa.flash_attention(q, k, v, causal)
-    ref_o, ref_lse = fa.attention_reference(q, k, v, causal)
-    assert _within_rounding(o, ref_o, torch.bfloat16, factor=2.0) and _rel(lse, ref_lse) < 1e-5
+    _assert_attention_matches(o, lse, q, k, v, causal, torch.bfloat16, lse_tol=1e-5)
 
 
 @pytest.mark.gpu
 def test_linear_cross_entropy_bf16_on_gpu_without_the_logits():
-    h = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(32000, 1024, device="cuda") / 32).to(torch.bfloat16)
-    t = torch.randint(0, 32000, (1024,), device="cuda")
+    h, w, t = _bf16_gpu_ce_inputs(1024, 32000)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     loss = lce.linear_cross_entropy(h, w, t)
     extra = torch.cuda.max_memory_allocated() - before
-    ref = lce.linear_cross_entropy_reference(h, w, t)
-    assert float((loss.double() - ref).abs().max()) < 1e-3 * (1 + float(ref.abs().max()))
+    _assert_loss_matches(loss, h, w, t, 1e-3)
     assert extra < lce.logits_bytes(h, w) / 20
