@@ -149,11 +149,9 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = No
         return None, watch, [_student_error(exc, ex.function)]
     left = _left_running(ex, threads)
     problems = [left] if left else []
-    for i, o in enumerate(out if isinstance(out, (tuple, list)) else (out,)):
-        for k, g in guarded.items():
-            if isinstance(o, torch.Tensor) and o.numel() and storage_of(o) == storage_of(g.tensor):
-                label = f"{ex.output_names[i]}: " if len(ex.output_names) > 1 and i < len(ex.output_names) else ""
-                problems.append(f"{label}output shares memory with input {k}: write the result to a new tensor")
+    aliased = _aliases_an_input(ex, out, {k: g.tensor for k, g in guarded.items()})
+    if aliased:
+        problems.append(aliased)
     for k, g in guarded.items():
         if not torch.equal(g.buffer.view(torch.uint8), snapshots[k].view(torch.uint8)):
             damage = g.guard_damage()
@@ -181,6 +179,17 @@ def _left_running(ex: KernelExercise, before: set) -> str | None:
     return None
 
 
+def _aliases_an_input(ex: KernelExercise, value, inputs: dict) -> str | None:
+    """The message when an output shares memory with one of the tensors fn was called with, else None."""
+    for i, o in enumerate(value if isinstance(value, (tuple, list)) else (value,)):
+        for k, v in inputs.items():
+            if isinstance(o, torch.Tensor) and isinstance(v, torch.Tensor) and o.numel() and v.numel() \
+                    and storage_of(o) == storage_of(v):
+                label = f"{ex.output_names[i]}: " if len(ex.output_names) > 1 and i < len(ex.output_names) else ""
+                return f"{label}output shares memory with input {k}: write the result to a new tensor"
+    return None
+
+
 def output_problem(ex: KernelExercise, value, refs: tuple, inputs: dict, input_dtype) -> str | None:
     """What is wrong with the form of what fn returned (kind, count, device, dtype, shape, autograd, aliasing), in
     words, or None when every output has the form of the reference; the values are judged elsewhere."""
@@ -205,10 +214,7 @@ def output_problem(ex: KernelExercise, value, refs: tuple, inputs: dict, input_d
         if o.requires_grad:
             return (f"{label}output requires grad: the grader takes a plain tensor (compute it under "
                     "torch.no_grad(), or wrap the kernel in a torch.autograd.Function)")
-        for k, v in inputs.items():
-            if isinstance(v, torch.Tensor) and o.numel() and v.numel() and storage_of(o) == storage_of(v):
-                return f"{label}output shares memory with input {k}: write the result to a new tensor"
-    return None
+    return _aliases_an_input(ex, outs, inputs)
 
 
 def _as_outputs(value, n: int):
