@@ -1,6 +1,6 @@
 """Build the notebooks: text sources -> solution notebooks -> student release.
 
-    python -m autograder.build [--db URL] [--only-solutions]
+    python -m autograder.build [--db URL] [--only-solutions] [NAME ...]
 
 solutions/<name>/<name>.py (jupytext percent format) is the one source of each notebook. From it:
 1. solutions/<name>/<name>.ipynb, without outputs, with stable cell ids (it diffs as text);
@@ -102,8 +102,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", help="nbgrader database URL (default: gradebook.db at the top)")
     parser.add_argument("--only-solutions", action="store_true", help="write the solution notebooks only")
+    parser.add_argument("names", nargs="*", help="notebooks to build, e.g. 02_vertical_fusion (default: all)")
     args = parser.parse_args(argv)
-    for src in sources():
+    known = {src.stem: src for src in sources()}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"no notebook named {', '.join(unknown)}; the notebooks are {', '.join(known)}")
+    for src in [known[n] for n in args.names] or known.values():
         print(f"solutions: {src.relative_to(ROOT)} -> {write_solution(src).relative_to(ROOT)}")
         if not args.only_solutions:
             generate_release(src.stem, db=args.db)
