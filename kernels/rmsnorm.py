@@ -5,6 +5,7 @@ Bytes through HBM, |x| = M * H * element size (weight and per-row statistics are
     fused, two passes over the row (stats, then normalise)    read 2|x|, write |x|                         3|x|
     fused, one pass (the row stays in registers)              read |x|, write |x|                          2|x|
 The statistic is accumulated in fp32 whatever the storage dtype; only the store rounds.
+The two-pass and low-precision variants that notebook 02 measures are in kernels/rmsnorm_variants.py.
 """
 
 from __future__ import annotations
@@ -45,65 +46,4 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     BLOCK_H = triton.next_power_of_2(H)  # the whole row in registers
     num_warps = min(16, max(1, BLOCK_H // 1024))  # 32 values a thread: measured best at H = 4096
     _rmsnorm_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK_H=BLOCK_H, num_warps=num_warps)
-    return y
-
-
-@triton.jit
-def _rmsnorm_two_pass_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, H, BLOCK):  # pass 1: the statistic
-        cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < H, other=0.0).to(tl.float32)
-        acc += x * x
-    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / H + eps)
-    for start in range(0, H, BLOCK):  # pass 2: read x again, normalise, store
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < H
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm_two_pass(x: torch.Tensor, weight: torch.Tensor, eps: float, BLOCK: int = 1024) -> torch.Tensor:
-    """Any H, bounded registers, but x is read twice (the second read may hit L2 for short rows)."""
-    if x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError("want a 2-D x with a contiguous last dimension")
-    M, H = x.shape
-    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    _rmsnorm_two_pass_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK=BLOCK, num_warps=4)
-    return y
-
-
-@triton.jit
-def _rmsnorm_lowp_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, BLOCK: tl.constexpr,
-                         ACC_DTYPE: tl.constexpr):
-    # The precision bug on purpose: the running sum of squares is rounded to ACC_DTYPE after every add.
-    row = tl.program_id(0).to(tl.int64)
-    acc = tl.zeros([BLOCK], dtype=ACC_DTYPE)
-    for start in range(0, H, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < H, other=0.0).to(tl.float32)
-        acc = (acc.to(tl.float32) + x * x).to(ACC_DTYPE)
-    rstd = 1.0 / tl.sqrt(tl.sum(acc.to(tl.float32), axis=0) / H + eps)
-    for start in range(0, H, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        mask = cols < H
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
-
-
-def rmsnorm_lowp_accumulator(x: torch.Tensor, weight: torch.Tensor, eps: float, acc_dtype=torch.bfloat16,
-                             BLOCK: int = 32) -> torch.Tensor:
-    """RMSNorm whose statistic is accumulated in acc_dtype: for the precision experiment only."""
-    if x.dim() != 2 or x.stride(1) != 1:
-        raise ValueError("want a 2-D x with a contiguous last dimension")
-    M, H = x.shape
-    y = torch.empty((M, H), dtype=x.dtype, device=x.device)
-    _rmsnorm_lowp_kernel[(M,)](x, weight, y, H, x.stride(0), y.stride(0), eps, BLOCK=BLOCK,
-                               ACC_DTYPE=_TL_DTYPES[acc_dtype], num_warps=1)
     return y
