@@ -216,7 +216,7 @@ def sweep(progress):
         cfg = dict(BLOCK_M=bm, BLOCK_V=bv, BLOCK_K=bk, GROUP_M=group, SUBTILES=sub, FLATTEN=flat, num_warps=warps,
                    num_stages=stages)
         label = f"tma {bm}x{bv}x{bk} g{group} sub{sub}{' flat' if flat else ''} w{warps} s{stages}"
-        settings[label] = lambda cfg=cfg: lce._launch_tma(h, w, tg, (cfg,))
+        settings[label] = lambda cfg=cfg: lce._launch_ce_tma(h, w, tg, (cfg,))
     calls = _timed_settings({"cuBLAS logits alone": lambda: h @ w.t(), "torch.compile": lambda: compiled(h, w, tg)},
                             settings, lambda loss: float((loss - ref).abs().max()), progress, "cross-entropy")
     flops = lce.linear_cross_entropy_flops(h, w)

@@ -171,10 +171,10 @@ def linear_cross_entropy_tma(h: torch.Tensor, w: torch.Tensor, targets: torch.Te
             and tma_ready(h) and tma_ready(w)):
         return linear_cross_entropy(h, w, targets)
     _check_inputs(h, w, targets)
-    return _launch_tma(h, w, targets, settings or CE_TMA_SETTINGS)
+    return _launch_ce_tma(h, w, targets, settings or CE_TMA_SETTINGS)
 
 
-def _launch_tma(h, w, targets, settings: tuple) -> torch.Tensor:
+def _launch_ce_tma(h, w, targets, settings: tuple) -> torch.Tensor:
     M, K = h.shape
     V = w.shape[0]
     tgt = torch.empty(M, dtype=torch.float32, device=h.device)

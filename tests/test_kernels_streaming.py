@@ -186,7 +186,7 @@ def test_tma_cross_entropy_path_matches_reference(subtiles, flatten):
     t = torch.randint(0, 1000, (70,), generator=gen).to(DEVICE)
     cfg = dict(BLOCK_M=32, BLOCK_V=64, BLOCK_K=32, GROUP_M=4, SUBTILES=subtiles, FLATTEN=flatten, num_warps=4,
                num_stages=2)
-    _assert_loss_matches(lce._launch_tma(h, w, t, (cfg,)), h, w, t, 1e-4)
+    _assert_loss_matches(lce._launch_ce_tma(h, w, t, (cfg,)), h, w, t, 1e-4)
 
 
 def test_tma_cross_entropy_falls_back_and_checks_its_inputs():
