@@ -25,13 +25,9 @@ GOALS = {
 
 
 def _epilogue_inputs(m, k, n):
-    import torch
+    from autograder.ops.gemm_epilogue import random_epilogue_inputs
 
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(k, n, device="cuda") / k**0.5).to(torch.bfloat16)
-    b = (0.5 * torch.randn(n, device="cuda")).to(torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    return x, w, b, r
+    return random_epilogue_inputs(m, k, n)
 
 
 def _swiglu_inputs(m, k, n):
@@ -175,7 +171,7 @@ def sweep(progress):
     from kernels import swiglu as sw
 
     def tma_epilogue(cfg, w=None):
-        return lambda: ge._launch_tma(x, w if w is not None else wk, b, r, (cfg,))
+        return lambda: ge._launch_epilogue_tma(x, w if w is not None else wk, b, r, (cfg,))
 
     def pointer_epilogue(cfg, m, n, k):
         def run():
@@ -238,7 +234,7 @@ def sweep(progress):
         base = {"cuBLAS two GEMMs alone": lambda: (x @ wg, x @ wu), "eager": lambda: sw.swiglu_eager(x, wg, wu)}
         cands = {}
         for cfg in settings(tma_keys[:4] + tma_keys[5:], *tma_sets):  # no SUBTILES
-            cands["tma " + _settings_label(cfg)] = lambda cfg=cfg: sw._launch_tma(x, wg, wu, (cfg,))
+            cands["tma " + _settings_label(cfg)] = lambda cfg=cfg: sw._launch_swiglu_tma(x, wg, wu, (cfg,))
         for cfg in settings(ptr_keys, *ptr_sets):
             def run(cfg=cfg, m=m, k=k, n=n):
                 h = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

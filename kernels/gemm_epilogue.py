@@ -161,10 +161,10 @@ def gemm_gelu_residual_tma(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r:
     _check_epilogue_inputs(x, w, b, r)
     if not (tma_path_applies(x, w) and tma_ready(r)):
         return gemm_gelu_residual(x, w, b, r)
-    return _launch_tma(x, w, b, r, TMA_SETTINGS)
+    return _launch_epilogue_tma(x, w, b, r, TMA_SETTINGS)
 
 
-def _launch_tma(x, w, b, r, settings: tuple) -> torch.Tensor:
+def _launch_epilogue_tma(x, w, b, r, settings: tuple) -> torch.Tensor:
     M, K = x.shape
     N = w.shape[1]
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)

@@ -121,10 +121,10 @@ def swiglu_tma(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tor
     check_gemm_inputs(x, w_gate, w_up)
     if not tma_path_applies(x, w_gate, w_up) or (w_gate.stride(0) == 1) != (w_up.stride(0) == 1):
         return swiglu(x, w_gate, w_up)
-    return _launch_tma(x, w_gate, w_up, SWIGLU_TMA_SETTINGS)
+    return _launch_swiglu_tma(x, w_gate, w_up, SWIGLU_TMA_SETTINGS)
 
 
-def _launch_tma(x, w_gate, w_up, settings: tuple) -> torch.Tensor:
+def _launch_swiglu_tma(x, w_gate, w_up, settings: tuple) -> torch.Tensor:
     M, K = x.shape
     N = w_gate.shape[1]
     h = torch.empty((M, N), dtype=x.dtype, device=x.device)

@@ -50,7 +50,7 @@ def test_gemm_epilogue_tma_kernel_matches_reference_in_both_weight_layouts(layou
     args = _epilogue_args(300, 72, 264, torch.float16, layout)
     for subtiles in (1, 2):
         cfg = dict(ge.TMA_SETTINGS[0], BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, SUBTILES=subtiles)
-        _assert_epilogue_close(ge._launch_tma(*args, (cfg,)), args, torch.float16)
+        _assert_epilogue_close(ge._launch_epilogue_tma(*args, (cfg,)), args, torch.float16)
 
 
 def test_gemm_epilogue_handles_strided_views():
@@ -121,7 +121,7 @@ def test_swiglu_tma_kernel_matches_reference(layout):
     args = _swiglu_args(300, 72, 136, torch.float16, layout)
     cfg = dict(sw.SWIGLU_TMA_SETTINGS[0], BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)
     ref = sw.swiglu_reference(*args)
-    assert _rel(sw._launch_tma(*args, (cfg,)), ref) <= 3 * _rel(ref.half(), ref)
+    assert _rel(sw._launch_swiglu_tma(*args, (cfg,)), ref) <= 3 * _rel(ref.half(), ref)
 
 
 def test_swiglu_refuses_mismatched_weights():

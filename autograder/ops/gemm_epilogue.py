@@ -17,6 +17,16 @@ def gemm_gelu_residual_reference(x, w, b, r):
     return F.gelu(x.double() @ w.double() + b.double(), approximate="tanh") + r.double()
 
 
+def random_epilogue_inputs(m: int, k: int, n: int, device="cuda", dtype=torch.bfloat16):
+    """(x, w, b, r) for timing at (m, k) @ (k, n): unit-spread x and r, w scaled so that x @ w has unit spread
+    too (the GELU then sees values on both sides of 0), a bias of spread 0.5."""
+    x = torch.randn(m, k, device=device, dtype=dtype)
+    w = (torch.randn(k, n, device=device) / k**0.5).to(dtype)
+    b = (0.5 * torch.randn(n, device=device)).to(dtype)
+    r = torch.randn(m, n, device=device, dtype=dtype)
+    return x, w, b, r
+
+
 def gemm_gelu_residual_flops(x, w, b=None, r=None) -> int:
     return 2 * x.shape[0] * x.shape[1] * w.shape[1]
 
