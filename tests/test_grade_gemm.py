@@ -202,18 +202,14 @@ def test_low_precision_accumulator_fails_precision_naming_the_growth():
     assert "Keep one float32 accumulator" in r.message, r.message
 
 
-def test_rounding_before_the_gelu_fails_precision():
-    # x @ w + b rounded to float16 before the GELU: two roundings where one is allowed. Measured at 1.12,
-    # 1.07, 1.04 and 1.05 times the bound (1.12 x one rounding) for K = 256 ... 16384, in the interpreter
-    # and on an H200 alike (bfloat16 there: 1.10, 1.12, 1.08, 1.06): caught, by a thin margin, and only by
-    # precision (every correctness case stays within the tolerance).
+def test_rounding_before_the_gelu_passes_precision_as_torch_compile_does():
+    # x @ w + b rounded to float16 before the GELU: two roundings, which is what torch.compile of the eager code
+    # does (its GEMM writes y in the inputs' dtype; 1.24 times one rounding on an H100). The bound lets PyTorch's
+    # own route through (tests/test_bounds.py), so this passes, below the bound at every K.
     r = check(EPILOGUE, _epilogue_with(round_before_gelu=True), criteria=["precision"])["precision"]
-    assert r.status == "failed", r.message
+    assert r.status == "passed", r.message
     for k in (256, 1024, 4096, 16384):
-        assert f"float16, shape 32x64x{k}: ||out - ref|| / ||ref||" in r.message, r.message
-        assert r.figures[f"rel_err_float16@{k}"] > r.figures[f"bound_float16@{k}"]
-    assert "float32, shape" not in r.message and "grows like" not in r.message, r.message
-    assert "round once, at the store" in r.message, r.message
+        assert r.figures[f"rel_err_float16@{k}"] <= r.figures[f"bound_float16@{k}"]
 
 
 def test_torch_matmul_with_a_triton_epilogue_fails_fusion():
@@ -316,14 +312,11 @@ def _swiglu_three_kernels(x, w_gate, w_up):
     return h
 
 
-def test_gate_rounded_before_the_silu_fails_precision():
-    # silu(round(g)) * u: two roundings where one is allowed, measured at 1.41 to 1.47 times the bound in
-    # float16; correctness (2e-3) does not see it.
+def test_gate_rounded_before_the_silu_passes_precision_as_torch_compile_does():
+    # silu(round(g)) * u: two roundings, fewer than torch.compile of the eager code makes (it rounds g and u at
+    # the GEMMs' outputs: 1.9 to 2.1 times one rounding on an H100), so within the bound that lets PyTorch through.
     r = check(SWIGLU, _swiglu_with(round_gate=True), criteria=["precision"])["precision"]
-    assert r.status == "failed", r.message
-    assert "float16, shape 32x64x" in r.message and "above the bound" in r.message, r.message
-    assert "float32, shape" not in r.message and "grows like" not in r.message, r.message
-    assert "compute silu(gate) * up in float32 and round once" in r.message, r.message
+    assert r.status == "passed", r.message
 
 
 def test_two_gemms_and_an_elementwise_kernel_fail_fusion():

@@ -104,8 +104,10 @@ GEMM_GELU_RESIDUAL = KernelExercise(
     # product hides them (notebook 04, section 3 measures the whole range).
     perf_shape=Shape((16384, 4096, 1024)),
     tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
-    # One rounding of the exact result; PyTorch's three (y, gelu(y), the sum) cost 1.3 to 1.5 times that.
-    precision_factor=1.12,
+    # A bound torch.compile of the eager code meets: its GEMM rounds y to the inputs' dtype before the fused
+    # epilogue rounds again, 1.24 times the one rounding of the exact result (H100, bf16 and fp16). Eager PyTorch's
+    # three roundings come to 1.4-1.5; a low-precision accumulator grows with K, which the criterion also checks.
+    precision_factor=1.4,
     precision_floor_from_inputs=_float32_accumulation,
     precision_note=(
         "Keep one float32 accumulator for the whole K loop, apply bias, GELU and residual to it in float32, "
@@ -169,7 +171,10 @@ SWIGLU = KernelExercise(
     # Gate and up projections of a d_model = 1024 model (1024 -> 4096 each) over 16384 tokens.
     perf_shape=Shape((16384, 4096, 1024)),
     tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
-    precision_factor=1.12,  # PyTorch rounds g, u, silu(g) and the product: about twice the one rounding
+    # torch.compile of the eager code rounds g and u at the GEMMs' output: 1.9 to 2.1 times the one rounding of
+    # the exact result (H100, bf16 and fp16); the bound leaves it room. The K-growth check still catches a
+    # low-precision accumulator.
+    precision_factor=2.5,
     precision_floor_from_inputs=_float32_accumulation,
     precision_note=(
         "Keep both accumulators in float32 for the whole K loop, compute silu(gate) * up in float32 and round "
