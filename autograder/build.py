@@ -108,6 +108,9 @@ def main(argv=None) -> int:
     unknown = [n for n in args.names if n not in known]
     if unknown:
         parser.error(f"no notebook named {', '.join(unknown)}; the notebooks are {', '.join(known)}")
+    from . import fingerprint
+
+    print(f"fingerprints: {fingerprint.write_table(ROOT)} course kernels -> {fingerprint.TABLE.relative_to(ROOT)}")
     for src in [known[n] for n in args.names] or known.values():
         print(f"solutions: {src.relative_to(ROOT)} -> {write_solution(src).relative_to(ROOT)}")
         if not args.only_solutions:

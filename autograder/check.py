@@ -8,9 +8,9 @@ import torch
 
 from . import config as config_mod
 from . import integrity, registry
-from . import grade_kernel, grade_numeric, grade_step
+from . import fingerprint, grade_kernel, grade_numeric, grade_step
 from .report import FAILED, CriterionResult, Report
-from .sandbox import quiet
+from .sandbox import TritonLaunches, quiet
 from .specs import CRITERIA, KernelExercise, StepExercise, check_callable
 
 
@@ -39,6 +39,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     else:
         graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)
+    TritonLaunches.ran.clear()
     results = []
     for name in chosen:
         if problem:
@@ -53,7 +54,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
         results.append(result)
     integrity.verify()  # the graded function ran in between
-    return Report(ex.id, results)
+    return Report(ex.id, results, notes=fingerprint.notes_for_kernels(TritonLaunches.ran.values()))
 
 
 def _grader_failure(exc: Exception) -> str:

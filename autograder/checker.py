@@ -83,7 +83,8 @@ def run(path: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT, criteria=None
             reason = f"the notebook's process {how} before grading finished (a crash in the code?)\n{tail}"
             return _result(path, _all_failed(path, reason, criteria), [], log)
         data = json.loads(result_file.read_text())
-    reports = [Report(r["exercise"], [CriterionResult(**c) for c in r["results"]]) for r in data["reports"]]
+    reports = [Report(r["exercise"], [CriterionResult(**c) for c in r["results"]], notes=r.get("notes", []))
+               for r in data["reports"]]
     return _result(path, reports, data["cell_errors"], log)
 
 

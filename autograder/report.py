@@ -27,6 +27,7 @@ class CriterionResult:
 class Report:
     exercise: str
     results: list[CriterionResult]
+    notes: list[str] = dataclasses.field(default_factory=list)  # named for the reader and the instructor, not scored
 
     @property
     def passed(self) -> bool:
@@ -49,10 +50,12 @@ class Report:
 
     def summary(self, criterion: str | None = None) -> str:
         chosen = [self[criterion]] if criterion else self.results
-        return "\n".join(f"{self.exercise} {r.name}: {_MARK[r.status]} - {_first_line(r.message)}" for r in chosen)
+        lines = [f"{self.exercise} {r.name}: {_MARK[r.status]} - {_first_line(r.message)}" for r in chosen]
+        return "\n".join(lines + [f"{self.exercise} note: {n}" for n in self.notes])
 
     def to_dict(self) -> dict:
-        return {"exercise": self.exercise, "passed": self.passed, "results": [dataclasses.asdict(r) for r in self.results]}
+        return {"exercise": self.exercise, "passed": self.passed, "notes": list(self.notes),
+                "results": [dataclasses.asdict(r) for r in self.results]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, default=str)
@@ -70,8 +73,9 @@ class Report:
                 f"<td style='text-align:left;white-space:pre-wrap'>{html.escape(r.message)}</td>"
                 f"<td style='text-align:left'>{figs}</td></tr>"
             )
+        notes = "".join(f"<p><b>note:</b> {html.escape(n)}</p>" for n in self.notes)
         return (
-            f"<b>{html.escape(self.exercise)}</b><table><tr><th>criterion</th><th>result</th><th>message</th>"
+            f"<b>{html.escape(self.exercise)}</b>{notes}<table><tr><th>criterion</th><th>result</th><th>message</th>"
             f"<th>figures</th></tr>{''.join(rows)}</table>"
         )
 
@@ -103,6 +107,7 @@ def format_table(reports: list[Report]) -> str:
             lines = text.splitlines() or [""]
             rows.append((rep.exercise, r.name, _MARK[r.status], lines[0]))
             rows.extend(("", "", "", line) for line in lines[1:])
+        rows.extend((rep.exercise, "note", "", n) for n in rep.notes)
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     out = []
     for i, row in enumerate(rows):

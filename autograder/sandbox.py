@@ -124,7 +124,13 @@ def storage_of(t: torch.Tensor) -> int:
 
 
 class TritonLaunches:
-    """Counts Triton launches, knows whether we are inside one, and which storages each launch was handed."""
+    """Counts Triton launches, knows whether we are inside one, and which storages each launch was handed.
+
+    Every kernel object launched under any instance is also kept in TritonLaunches.ran (until check() clears
+    it), so that the kernels a graded function ran can be recognised afterwards (fingerprint.py).
+    """
+
+    ran: dict[int, object] = {}
 
     def __init__(self):
         self.count = 0
@@ -155,6 +161,7 @@ class TritonLaunches:
                 tracker.count += 1
                 fn = getattr(kernel, "fn", kernel)
                 tracker.names.append(getattr(fn, "__name__", type(kernel).__name__))
+                TritonLaunches.ran.setdefault(id(kernel), kernel)
                 tracker.events += 1
                 for a in list(args) + list(kwargs.values()):
                     if isinstance(a, torch.Tensor):

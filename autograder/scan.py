@@ -159,4 +159,17 @@ def scan_notebook(nb: dict) -> list[str]:
         if not seen_locked and source.strip():
             flags.append(f"cell {label}: code above the set-up cell (runs before the grader is imported)")
         flags += [f"cell {label} line {line}: {what}" for line, what in scan_source(source)]
+        flags += [f"cell {label} line {line}: {note}" for line, note in reference_kernels_in(source)]
     return flags
+
+
+def reference_kernels_in(source: str) -> list[tuple[int, str]]:
+    """(line, note) for each @triton.jit function of a cell whose code is a course reference kernel's."""
+    from .fingerprint import jit_functions, reference_named
+
+    found = []
+    for _name, line, code in jit_functions(_strip_magics(source)):
+        note = reference_named(code)
+        if note:
+            found.append((line, note))
+    return found
