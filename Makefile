@@ -18,7 +18,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test corpus course bench device check grade clean
+.PHONY: lab test corpus course handout bench device check grade clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -57,6 +57,11 @@ corpus: $(STAMP)
 course: $(STAMP)
 	$(BIN)/python -m autograder.build
 
+# What an instructor hands out, in dist/handout/: the release notebooks and the grader as a wheel, with none of
+# the reference solutions (only the teaching modules of kernels/). Its README says how students install it.
+handout: $(STAMP)
+	$(BIN)/python -m autograder.handout
+
 bench: $(STAMP)
 	$(BIN)/python -m kernels.bench
 
@@ -72,4 +77,4 @@ check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb
 
 clean:
-	rm -rf $(VENV) .pytest_cache gradebook.db
+	rm -rf $(VENV) .pytest_cache gradebook.db dist

@@ -34,9 +34,11 @@ LONGEST_FIRST = {
     "grade-class": 1.5,
     "course-04_gemm_epilogue_fusion": 1.1,
     "course-01_hbm_cost_model": 0.9,
+    "handout": 0.9,
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
-MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class"}  # one class each
+MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
+                 "test_handout.py": "handout"}  # one hand-out built and installed
 
 
 def group_of(nodeid: str) -> str | None:

@@ -124,3 +124,35 @@ def test_numeric_solutions_agree_with_the_grader(root):
 
     assert ns["chain_times"](3, 1e9, 2e12, 5e-6) == pytest.approx(nb01.chain_times_reference(3, 1e9, 2e12, 5e-6))
     assert ns["layer_traffic"](*nb01.LLAMA2_7B) == pytest.approx(nb01.layer_traffic_reference(*nb01.LLAMA2_7B))
+
+
+def _kernels_modules_imported(source: str) -> set[str]:
+    """The kernels.<module> names a piece of code imports (import kernels.x, from kernels import x, from kernels.x
+    import ...)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("kernels.")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kernels":
+            parts = node.module.split(".")
+            found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+    return found
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_release_imports_no_reference_solution(root, name):
+    """What students get holds only the teaching modules of kernels/ (make handout): a release notebook that
+    imported another would fail there, and would hand out an answer where it did not."""
+    from autograder.handout import TEACHING_KERNELS
+
+    nb = nbformat.read(root / "course" / name / f"{name}.ipynb", as_version=4)
+    imported = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            imported |= _kernels_modules_imported(cell.source)
+    assert imported <= set(TEACHING_KERNELS), f"{name} imports kernels.{sorted(imported - set(TEACHING_KERNELS))}"
+
+
+def test_the_import_finder_sees_every_form():
+    code = "import kernels.a\nfrom kernels import b as c\nfrom kernels.d import e\nimport kernelsx\nfrom kernels import (f,\n g)"
+    assert _kernels_modules_imported(code) == {"a", "b", "d", "f", "g"}
