@@ -18,7 +18,9 @@ gradebook and into other students' folders. Here, for each student found in subm
    SaveAutoGrades; the notebook goes to autograded/ for `nbgrader generate_feedback`.
 
 Every student ends up in the CSV as graded, crashed, timed out or tampered, with the reason, and with the
-flags of a static scan of their cells (autograder.scan) and of any edited locked cell. Re-running is safe: a
+flags of a static scan of their cells (autograder.scan), of any edited locked cell, and of answers that closely
+match the reference solution or another student's (autograder.similarity; side by side in
+similarity-ASSIGNMENT.html next to the CSV). Re-running is safe: a
 student whose submission has not changed since it was graded is skipped (--force grades everyone again), so an
 interrupted run resumes; a submission during which the run died twice is recorded as crashed.
 """
@@ -75,6 +77,7 @@ class Course:
             raise FileNotFoundError(f"the grading settings {self.grading_file} (${ENV_VAR}) do not exist")
         coursedir = CourseDirectory(config=self.config, root=str(root))
         self.source = coursedir.source_directory
+        self.release = coursedir.release_directory
         self.submitted = coursedir.submitted_directory
         self.autograded = coursedir.autograded_directory
 
@@ -335,7 +338,26 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
                                state, save_state, footprint, echo)
     finally:
         procs.become_subreaper(False)
-    return _write_csv(root, assignment, students, state, db_url, csv_path, echo)
+    csv_path = Path(csv_path or root / f"grades-{assignment}.csv")
+    similar = _similarity(course, assignment, students, csv_path.with_name(f"similarity-{assignment}.html"), echo)
+    return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar)
+
+
+def _similarity(course: Course, assignment: str, students: list[str], report: Path, echo) -> dict[str, list[str]]:
+    """Similarity flags of every student's answers against the reference solution and each other (a flag, never
+    a score), and the side-by-side report; a failure of the comparison is said and costs no grade."""
+    from .similarity import similarity
+
+    root = course.root
+    try:
+        flags = similarity({s: root / course.submitted / s / assignment for s in students},
+                           root / course.source / assignment, root / course.release / assignment, report)
+    except Exception as exc:  # noqa: BLE001  the grades stand without it
+        echo(f"similarity not compared ({type(exc).__name__}: {exc}); the grades are not affected")
+        return {}
+    flagged = sum(bool(f) for f in flags.values())
+    echo(f"similarity: {flagged} of {len(students)} students flagged; side by side in {report}")
+    return flags
 
 
 def _grade_student(course, assignment, student, counter, tmp, timeout, db_url, state, save_state, footprint, echo):
@@ -397,7 +419,7 @@ def _grade_student(course, assignment, student, counter, tmp, timeout, db_url, s
             "run again: the run resumes after the students already graded.")
 
 
-def _write_csv(root, assignment, students, state, db_url, csv_path, echo) -> list[dict]:
+def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None) -> list[dict]:
     scores, max_score = _scores(assignment, db_url)
     rows = []
     for student in students:
@@ -405,7 +427,7 @@ def _write_csv(root, assignment, students, state, db_url, csv_path, echo) -> lis
         score = scores.get(student, 0.0) if entry["status"] == GRADED else 0.0
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
                      "score": score, "max_score": max_score, "reason": entry["reason"],
-                     "flags": "; ".join(entry.get("flags", []))})
+                     "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, []))})
     csv_path = Path(csv_path or root / f"grades-{assignment}.csv")
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)

@@ -68,9 +68,13 @@ def test_the_run_reports_every_student_and_loses_none(graded):
     assert f"{len(rows)} students:" in summary and "0 lost" in summary
 
 
-def test_the_solution_gets_full_marks_and_no_flag(graded):
+def test_the_solution_gets_full_marks_and_no_flag_but_its_origin(graded):
+    """alice submitted the reference solution: no suspect code, and named only as what it is."""
     _, db, rows, _, _ = graded
-    assert rows["alice"]["status"] == "graded" and not rows["alice"]["flags"]
+    assert rows["alice"]["status"] == "graded"
+    flags = rows["alice"]["flags"].split("; ")
+    assert any("this is the course's reference kernel" in f for f in flags)
+    assert all("course's reference kernel" in f or " like " in f for f in flags), flags
     assert float(rows["alice"]["score"]) == sum(classroom.POINTS.values())
     assert classroom.scores(db, "alice") == {cell: (p, p) for cell, p in classroom.POINTS.items()}
 

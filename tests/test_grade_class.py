@@ -42,7 +42,14 @@ def test_every_student_is_in_the_csv_with_a_status_and_reason(course):
             "alice": "graded", "crasher": "crashed", "hanger": "timed out"}
     assert "3 students: 1 graded, 1 crashed, 1 timed out, 0 tampered, 0 lost" in log[-1]
     assert "exited with code 1" in by["crasher"]["reason"] and "cell fused_chain" in by["crasher"]["reason"]
-    assert "calls os._exit" in by["crasher"]["flags"] and not by["alice"]["flags"]
+    assert "calls os._exit" in by["crasher"]["flags"]
+    # alice submitted the reference solution: named by its kernel's fingerprint and by similarity, score kept.
+    alice = by["alice"]["flags"].split("; ")
+    assert any("this is the course's reference kernel for 01.fused_chain (kernels/fused_chain.py: _fused_chain_kernel)" in f for f in alice)
+    assert any(f.endswith("like the reference solution") for f in alice)
+    assert any("like crasher's" in f for f in alice)  # the crasher pasted the same answer
+    assert all("reference" in f or " like " in f for f in alice), alice
+    assert (work / f"similarity-{NAME}.html").is_file()
 
 
 def test_grades_reach_the_course_gradebook_and_autograded_folder(course):
