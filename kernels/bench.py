@@ -396,7 +396,7 @@ BEGIN, END = "<!-- benchmark:begin (python -m kernels.bench --readme) -->", "<!-
 
 def readme_with_results(text: str) -> str:
     """The README with its benchmark section replaced by every committed results table."""
-    tables = [p.read_text().strip() for p in sorted(RESULTS.glob("*.md"))]
+    tables = [p.read_text().strip() for p in sorted(RESULTS.glob("*.md")) + sorted(RESULTS.glob("headroom/*.md"))]
     if BEGIN not in text or END not in text:
         raise ValueError(f"README.md has no benchmark section ({BEGIN} ... {END})")
     head, rest = text.split(BEGIN, 1)

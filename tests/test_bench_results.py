@@ -80,3 +80,16 @@ def test_attention_is_measured_causal_and_not_against_naive_memory(path):
     for row in rows:
         assert row["ms"]["triton"] < row["ms"]["naive"] / 10
         assert row["extra_GiB"]["triton"] < row["extra_GiB"]["naive"] / 50  # O(N) against S and P's O(N^2)
+
+
+HEADROOM = sorted((bench.RESULTS / "headroom").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", HEADROOM, ids=lambda p: p.stem)
+def test_headroom_results_record_device_versions_date_and_every_run(path):
+    from kernels import bench_headroom
+
+    r = json.loads(path.read_text())
+    assert r["device"]["name"] and r["date"] and r["torch"] and r["triton"] and r["rounds"] >= 1
+    assert r["rows"] and all(len(row["runs"]) == r["rounds"] for row in r["rows"])
+    assert path.with_suffix(".md").read_text() == bench_headroom.markdown(r)
