@@ -244,11 +244,13 @@ for off, a, c in zip(offsets, naive_err, centred_err):
 # mean keep their precision: the grader feeds it rows centred on 300. Use the biased variance (divide by
 # `H`), as `torch.nn.functional.layer_norm` does.
 #
-# How precise can it be? No float32 algorithm escapes one rounding: the mean of such a row, stored in float32,
-# is off by up to `eps · |mean|`, and every centred value carries that error. Relative to the row's spread it is
-# `eps · |mean| / std` ≈ 2·10⁻⁵ at mean 300 (`eps` = 2⁻²⁴ here, the unit roundoff), which is what
-# `F.layer_norm` itself measures. The grader allows four times that and no more; the cancelling formula
-# above misses it by a factor of about a hundred.
+# How precise must it be? The textbook two-pass order in float32 (the mean first, then the variance of the
+# centred values) keeps one rounding: the row's mean, stored in float32, is off by up to `eps · |mean|`, and
+# every centred value carries that error. Relative to the row's spread it is `eps · |mean| / std` ≈ 2·10⁻⁵ at
+# mean 300 (`eps` = 2⁻²⁴ here, the unit roundoff), about what `F.layer_norm` itself measures. The grader
+# allows four times that, so the two-pass order passes; the cancelling formula above misses it by a factor
+# of about a hundred. (Subtracting one element of the row from every element before the sums, exact in
+# float32 for values this close together, removes even the remaining error: the reference solution does.)
 
 # %% nbgrader={"grade": false, "grade_id": "layernorm", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
