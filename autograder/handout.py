@@ -27,12 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "fusion-course-grader"
 # kernels/ modules that the release notebooks import and a student may read: none answers an exercise.
 TEACHING_KERNELS = ("__init__", "op_chain", "matmul", "tma", "rmsnorm_variants")
-NOT_KERNELS = ("bench", "bench_gemm", "bench_part", "bench_streaming")  # the benchmark scripts: not handed out
 
 
 def answer_modules(root: Path = ROOT) -> list[Path]:
-    """The kernels/ modules that hold a reference solution (everything but teaching modules and benchmarks)."""
-    return sorted(p for p in (root / "kernels").glob("*.py") if p.stem not in TEACHING_KERNELS + NOT_KERNELS)
+    """The kernels/ modules that hold a reference solution: everything but the teaching modules and the
+    benchmark scripts (kernels/bench*.py, not handed out either)."""
+    return sorted(p for p in (root / "kernels").glob("*.py")
+                  if p.stem not in TEACHING_KERNELS and not p.stem.startswith("bench"))
 
 
 def _pyproject(root: Path) -> str:
