@@ -428,7 +428,6 @@ def _write_csv(root, assignment, students, state, db_url, csv_path, echo, simila
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
                      "score": score, "max_score": max_score, "reason": entry["reason"],
                      "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, []))})
-    csv_path = Path(csv_path or root / f"grades-{assignment}.csv")
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()

@@ -38,16 +38,13 @@ def not_written(exc: BaseException) -> bool:
     return isinstance(exc, (NotImplementedError, NameError))
 
 
-def bench_versions(versions: dict, desc: str = "timing", bench=None) -> dict:
-    """{name: median ms} of each version that runs; a version whose exercise is not written yet is left out
-    with a line that says so, so that a demonstration cell runs before the reader has done every exercise.
-
-    bench is the timer (bench_ms by default; pass cuda_graph-wrapped or interleaved timing yourself).
-    """
+def written_versions(versions: dict, desc: str = "trying") -> dict:
+    """The versions (name -> function of no arguments) that run: each is called once (a warm-up), and one whose
+    exercise is not written yet is left out with a line that says so, so that a demonstration cell runs before
+    the reader has done every exercise. Any other error is raised."""
     from tqdm.auto import tqdm
 
-    bench = bench or bench_ms
-    times = {}
+    runnable = {}
     for name, fn in tqdm(versions.items(), desc=desc):
         try:
             fn()
@@ -56,8 +53,15 @@ def bench_versions(versions: dict, desc: str = "timing", bench=None) -> dict:
                 raise
             print(f"{name}: not timed, its exercise is not written yet ({type(exc).__name__}: {exc})")
             continue
-        times[name] = bench(fn)
-    return times
+        runnable[name] = fn
+    return runnable
+
+
+def bench_versions(versions: dict, desc: str = "timing", bench=None) -> dict:
+    """{name: median ms} of each version that runs (written_versions), one after another; bench is the timer
+    (bench_ms by default)."""
+    bench = bench or bench_ms
+    return {name: bench(fn) for name, fn in written_versions(versions, desc).items()}
 
 
 def cuda_graph(fn):

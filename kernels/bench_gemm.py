@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
+from autograder.ops.gemm_epilogue import random_epilogue_inputs
 from kernels.bench_part import part_main
 
 # kernel -> (the PyTorch versions it must be no slower than, slack): "cuBLAS matmul alone" with slack 1.05
@@ -22,12 +23,6 @@ GOALS = {
     "gemm_gelu_residual decode": {"torch.compile": 1.0, "eager": 1.0},
     "swiglu prefill": {"torch.compile": 1.0},
 }
-
-
-def _epilogue_inputs(m, k, n):
-    from autograder.ops.gemm_epilogue import random_epilogue_inputs
-
-    return random_epilogue_inputs(m, k, n)
 
 
 def _swiglu_inputs(m, k, n):
@@ -58,7 +53,7 @@ def rows(prof, progress):
     out = []
     for label, (m, k, n) in (("prefill", (8192, 8192, 8192)), ("decode", (16, 8192, 8192))):
         progress(f"gemm_gelu_residual {label} M={m} K={k} N={n} (torch.compile takes a while)")
-        args = _epilogue_inputs(m, k, n)
+        args = random_epilogue_inputs(m, k, n)
         compiled = torch.compile(ge.gemm_gelu_residual_eager, dynamic=False)
         versions = {"cuBLAS matmul alone": lambda x, w, b, r: x @ w, "eager": ge.gemm_gelu_residual_eager,
                     "torch.compile": compiled, "triton portable": ge.gemm_gelu_residual,
@@ -188,7 +183,7 @@ def sweep(progress):
     tma_keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SUBTILES", "FLATTEN", "WARP_SPECIALIZE", "num_warps",
                 "num_stages")
     ptr_keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
-    x, wk, b, r = _epilogue_inputs(8192, 8192, 8192)
+    x, wk, b, r = random_epilogue_inputs(8192, 8192, 8192)
     wt = wk.t().contiguous().t()  # nn.Linear's layout: (N, K) row-major, read transposed
     base = {"cuBLAS matmul alone": lambda: x @ wk, "eager": lambda: ge.gemm_gelu_residual_eager(x, wk, b, r)}
     cands = {}
@@ -204,7 +199,7 @@ def sweep(progress):
     base = cands = wt = None  # free the 8192^3 operands before the next problem
 
     # The exercise's graded shape: GPT-2-medium's MLP up-projection over 16384 tokens.
-    x, wk, b, r = _epilogue_inputs(16384, 1024, 4096)
+    x, wk, b, r = random_epilogue_inputs(16384, 1024, 4096)
     base = {"cuBLAS matmul alone": lambda: x @ wk, "eager": lambda: ge.gemm_gelu_residual_eager(x, wk, b, r)}
     cands = {"tma TMA_SETTINGS": lambda: ge.gemm_gelu_residual_tma(x, wk, b, r)}
     for cfg in settings(ptr_keys, (128, 256, 64, 8, 8, 4), (128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4),
@@ -214,7 +209,7 @@ def sweep(progress):
     out += _sweep_one("epilogue M=16384 K=1024 N=4096", base, cands, ge.gemm_gelu_residual_eager(x, wk, b, r).float(),
                       ge.gemm_gelu_residual_flops(x, wk), progress)
 
-    x, wk, b, r = _epilogue_inputs(16, 8192, 8192)
+    x, wk, b, r = random_epilogue_inputs(16, 8192, 8192)
     base = {"cuBLAS matmul alone": lambda: x @ wk, "eager": lambda: ge.gemm_gelu_residual_eager(x, wk, b, r)}
     cands = {}
     for cfg in settings(ptr_keys, (16, 64, 256, 1, 4, 3), (16, 64, 128, 1, 4, 4), (16, 64, 128, 1, 4, 6),

@@ -55,7 +55,7 @@ from autograder.ops import flash_attention as attn_ops
 from autograder.ops import linear_cross_entropy as ce_ops
 from autograder.ops import softmax as sm_ops
 from autograder.plots import bars_against_model, peaks, print_against_model
-from autograder.timing import bench_versions, not_written
+from autograder.timing import not_written, written_versions
 from autograder.timing import extra_bytes as measured_extra_bytes
 from kernels.matmul import dot_precision, grouped_tile, tile_dot
 
@@ -81,10 +81,9 @@ def rel_err(got, exact):
 def timed_in_turns(calls, desc, rounds=3, rep=50):
     """{name: median ms} of the versions in calls (name -> function of no arguments) that run, timed in turns
     (bench_interleaved: a GPU that heats up lowers its clocks, and taking turns gives every version the same
-    mix of clock states). bench_versions first calls each version once (a warm-up) and leaves out, naming it,
-    a version whose exercise is not written yet; its timer is not used here, the turns time what is left."""
-    written = bench_versions(calls, desc=desc, bench=lambda fn: 0.0)
-    return bench_interleaved({name: calls[name] for name in written}, rounds=rounds, rep=rep)
+    mix of clock states). written_versions first calls each version once (a warm-up) and leaves out, naming
+    it, a version whose exercise is not written yet."""
+    return bench_interleaved(written_versions(calls, desc), rounds=rounds, rep=rep)
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "barrier-md", "locked": true, "schema_version": 3, "solution": false}
