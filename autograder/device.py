@@ -106,6 +106,34 @@ def _cache_path(name: str, driver: str, torch_version: str) -> Path:
     return cache_dir() / f"device-{key}.json"
 
 
+def _l2_bytes() -> int:
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 * 2**20)
+
+
+def copy_probe():
+    """(call, bytes it moves): the device-to-device copy the profile's bandwidth is measured with, 1 GiB or 16x
+    L2 if that is more, so that no part of it is served from cache. The grader times it alongside a student's
+    kernel, so that a fraction of the copy bandwidth compares two measurements taken under the same clocks."""
+    import torch
+
+    n_bytes = max(2**30, 16 * _l2_bytes())
+    src = torch.randn(n_bytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    return (lambda: dst.copy_(src)), 2 * n_bytes
+
+
+def matmul_probe(dtype_name: str = "bf16", n: int = 8192):
+    """(call, flops it does): the dense n^3 product on random data the profile's matmul rate is measured with."""
+    import torch
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    a = torch.randn(n, n, device="cuda", dtype=dt)
+    b = torch.randn(n, n, device="cuda", dtype=dt)
+    return (lambda: a @ b), 2 * n**3
+
+
 def measure(progress: bool = True) -> DeviceProfile:
     """Measure the current GPU's ceilings (about 10 s)."""
     import torch
@@ -113,27 +141,21 @@ def measure(progress: bool = True) -> DeviceProfile:
 
     torch_version, triton_version = _versions()
     props = torch.cuda.get_device_properties(0)
-    l2 = int(getattr(props, "L2_cache_size", 0) or 50 * 2**20)
     say = print if progress else (lambda *a, **k: None)
 
-    # Copy: 1 GiB, or 16x L2 if that is more, so no part of it is served from cache.
-    n_bytes = max(2**30, 16 * l2)
-    src = torch.randn(n_bytes // 4, device="cuda")
-    dst = torch.empty_like(src)
     say("measuring copy bandwidth ...")
-    ms = bench_ms(lambda: dst.copy_(src), warmup=50, rep=300)
-    copy_gbps = 2 * n_bytes / (ms * 1e-3) / 1e9
-    del src, dst
+    copy, n_bytes = copy_probe()
+    ms = bench_ms(copy, warmup=50, rep=300)
+    copy_gbps = n_bytes / (ms * 1e-3) / 1e9
+    del copy
 
     tflops = {}
-    n = 8192
-    for name, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+    for name in ("bf16", "fp16"):
         say(f"measuring {name} matmul rate ...")
-        a = torch.randn(n, n, device="cuda", dtype=dt)
-        b = torch.randn(n, n, device="cuda", dtype=dt)
-        ms = bench_ms(lambda: a @ b, warmup=100, rep=300)
-        tflops[name] = 2 * n**3 / (ms * 1e-3) / 1e12
-        del a, b
+        product, flops = matmul_probe(name)
+        ms = bench_ms(product, warmup=100, rep=300)
+        tflops[name] = flops / (ms * 1e-3) / 1e12
+        del product
 
     say("measuring launch overhead ...")
     tiny = torch.randn(16, device="cuda")
@@ -147,7 +169,7 @@ def measure(progress: bool = True) -> DeviceProfile:
         measured_on=_dt.date.today().isoformat(),
         copy_gbps=round(copy_gbps, 1),
         matmul_tflops={k: round(v, 1) for k, v in tflops.items()},
-        l2_bytes=l2,
+        l2_bytes=_l2_bytes(),
         sm_count=props.multi_processor_count,
         launch_us=round(launch_ms * 1e3, 2),
     )

@@ -12,14 +12,13 @@ import warnings
 import numpy as np
 import torch
 
-from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
-from .report import FAILED, PASSED, SKIPPED, CriterionResult
+from .report import FAILED, PASSED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise, Shape
-from .timing import bench_ms, extra_bytes, synced_ms
+from .timing import extra_bytes
 
 MAX_LISTED = 5
 
@@ -535,132 +534,6 @@ def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     )
 
 
-def not_measured(cfg: GradingConfig) -> CriterionResult:
-    """The performance result without a GPU: skipped, or failed when the grading configuration requires it."""
-    if cfg.require_performance:
-        return CriterionResult(
-            "performance", FAILED,
-            "not measured (no GPU), and this course's grading configuration requires a measurement: "
-            "grade on a machine with a CUDA GPU",
-        )
-    return CriterionResult("performance", SKIPPED, "not measured (no GPU): Triton's interpreter says nothing about speed")
-
-
-def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    if not runtime.has_gpu():
-        return not_measured(cfg)
-    prof = device_mod.profile()
-    inputs = _inputs(ex, ex.perf_shape, ex.perf_dtype, _seed(cfg.secret_seed, "performance"), device="cuda")
-    args = tuple(inputs.values())
-    threads = set(threading.enumerate())
-    try:
-        out = fn(*args)
-        torch.cuda.synchronize()
-    except Exception as exc:
-        return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
-    left = _left_running(ex, threads)
-    if left:
-        return CriterionResult("performance", FAILED, left + ": not timed")
-    # A fast wrong answer earns nothing: compare with the float64 reference first (loosely: this guards
-    # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
-    # own reductions drift by more than that at this size.
-    expected = _as_tuple(ex.reference(**inputs))
-    form = output_problem(ex, out, expected, inputs, ex.perf_dtype)
-    if form:
-        return CriterionResult("performance", FAILED, f"{form} (at the benchmark size {ex.perf_shape}): not timed")
-    outs = _as_outputs(out, len(expected))
-    if not all(_rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
-        return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
-    del expected
-    ms = bench_ms(lambda: fn(*args))
-    # do_bench's events time the current stream only: work on a side stream, or finishing later, escapes them.
-    # A loop with the whole device synchronized cannot be escaped; when it is far slower, it is the time.
-    synced = synced_ms(lambda: fn(*args))
-    side_note = ""
-    if synced > 2 * ms + 0.02:
-        side_note = (f"\ndo_bench's events timed {ms:.3f} ms a call, but with the whole GPU synchronized a call takes "
-                     f"{synced:.3f} ms: part of the work escapes the events (a side CUDA stream, work finishing after "
-                     "the function returns, or less work while timed?). Graded on the synchronized time.")
-        ms = synced
-    cached = _cached_at_benchmark_size(ex, fn, inputs, outs)
-    if cached:
-        return CriterionResult("performance", FAILED, cached + ": the timing means nothing")
-    eager_ms = bench_ms(lambda: ex.eager(*args))
-    speedup = eager_ms / ms
-    min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
-    min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
-    figures = {"time_ms": ms, "eager_ms": eager_ms, "speedup_over_eager": speedup}
-    if ex.perf_baseline is not None:
-        base_ms = bench_ms(lambda: ex.perf_baseline(*args))
-        frac = base_ms / ms
-        rate = ex.flops(*args) / (ms * 1e-3) / 1e12 if ex.flops is not None else None
-        figures.update({"baseline_ms": base_ms, "fraction_of_peak": frac, **({"TFLOPs": rate} if rate else {})})
-        what = (f"{f'{rate:.0f} TFLOP/s, ' if rate else ''}{frac:.2f} of {ex.perf_baseline_name}'s speed on this "
-                f"GPU ({ms:.3f} ms against {base_ms:.3f} ms)")
-    elif ex.flops is not None:
-        dt = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ex.perf_dtype, "bf16")
-        rate = ex.flops(*args) / (ms * 1e-3) / 1e12
-        peak = prof.matmul_tflops[dt]
-        frac = rate / peak
-        figures.update({"TFLOPs": rate, "peak_TFLOPs": peak, "fraction_of_peak": frac})
-        what = f"{rate:.0f} TFLOP/s = {frac:.2f} of this GPU's measured {dt} matmul rate ({peak:.0f} TFLOP/s)"
-    else:
-        n_bytes = ex.bytes(*args)
-        gbps = n_bytes / (ms * 1e-3) / 1e9
-        frac = gbps / prof.copy_gbps
-        figures.update({"GBps": gbps, "copy_GBps": prof.copy_gbps, "fraction_of_peak": frac})
-        what = (
-            f"{gbps:.0f} GB/s effective (counting the {n_bytes / 2**20:.0f} MiB the op must move) = {frac:.2f} of "
-            f"this GPU's measured copy bandwidth ({prof.copy_gbps:.0f} GB/s)"
-        )
-    figures.update({"threshold": min_frac})
-    msg = (
-        f"{what}; needs {min_frac:.2f}. {ms:.3f} ms against {eager_ms:.3f} ms for unfused eager PyTorch "
-        f"({speedup:.2f}x){'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}. "
-        f"Shape {ex.perf_shape}, {_dtype_name(ex.perf_dtype)}, {prof.name}.{side_note}"
-    )
-    if frac >= min_frac and speedup > min_speedup:
-        return CriterionResult("performance", PASSED, msg, figures)
-    if ex.flops is None and ex.perf_baseline is None and frac < min_frac:
-        passes = 1 / frac if frac > 0 else math.inf
-        msg += (
-            f"\nAt this speed the kernel behaves as if it moved {passes:.1f}x the minimal bytes: look for a "
-            "second read of an input, an intermediate written to memory, or blocks too small to keep "
-            "enough loads in flight."
-        )
-    return CriterionResult("performance", FAILED, msg, figures)
-
-
-def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple) -> str | None:
-    """After timing: a repeated call must return a new tensor, and the result must follow a change of a few
-    input elements in place. Otherwise the timed calls returned a stored result instead of computing it."""
-    args = tuple(inputs.values())
-    try:
-        again = _as_outputs(fn(*args), len(outs))
-        torch.cuda.synchronize()
-        if again is not None and _shares_storage(again, outs):
-            return f"{ex.function} returned the same output tensor again for the same inputs (a cached result)"
-        del again
-        name, x = next((k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor))
-        if not x.is_contiguous():
-            return None
-        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(6), "little"))
-        pos = torch.randperm(x.numel(), generator=gen)[:64].to(x.device)
-        x.view(-1)[pos] = torch.randn(64, generator=gen).to(device=x.device, dtype=x.dtype)
-        torch.cuda.synchronize()  # the change is in memory before fn runs, on whatever stream it uses
-        now = _as_outputs(fn(*args), len(outs))
-        torch.cuda.synchronize()
-    except Exception as exc:
-        return _student_error(exc, ex.function)
-    expected = _as_tuple(ex.reference(**inputs))
-    tol = ex.tolerance[ex.perf_dtype]
-    if now is None or any(_compare(o, e, ex.out_dtype(ex.perf_dtype, i), *tol)
-                          for i, (o, e) in enumerate(zip(now, expected))):
-        return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "
-                "results are cached (keyed on the tensors or part of their data), not computed")
-    return None
-
-
 def _count_gpu_kernels(run) -> tuple[int, list[str]]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -772,6 +645,8 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
             else "")
     return CriterionResult("memory", FAILED, msg + hint, figures)
 
+
+from .grade_perf import performance  # noqa: E402  (grade_perf uses this module's helpers)
 
 GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion,
            "memory": memory}

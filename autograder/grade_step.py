@@ -16,7 +16,8 @@ import torch
 from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
-from .grade_kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync, not_measured
+from .grade_kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync
+from .grade_perf import copy_peak, not_measured, time_in_turns
 from .report import FAILED, PASSED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch
 from .secret import EXTRA_SIZES
@@ -245,21 +246,26 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                                        f"tensors, {sum(sizes):,} elements): {n}[{i}] differs; not timed")
     del before
     args = [lists[n] for n in ex.arg_names] + [step] + list(hyper.values())
-    ms = bench_ms(lambda: fn(*args))
-    eager_ms = bench_ms(lambda: ex.eager(*args))
+    peak = copy_peak(prof)
+    t = time_in_turns(lambda: fn(*args), lambda: ex.eager(*args), peak.call, in_graph=False)
+    peak.call = None
+    ms, eager_ms = t.yours_ms, t.eager_ms
     others = {label: bench_ms(run) for label, run in (ex.baselines(lists, step, hyper) if ex.baselines else {}).items()}
+    copy_now = peak.rate(t.peak_ms)
     n_bytes = ex.bytes(*args)
     gbps = n_bytes / (ms * 1e-3) / 1e9
-    frac = gbps / prof.copy_gbps
+    frac = gbps / copy_now
     speedup = eager_ms / ms
     min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
     min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
     figures = {"time_ms": ms, "eager_ms": eager_ms, "speedup_over_eager": speedup, "GBps": gbps,
-               "copy_GBps": prof.copy_gbps, "fraction_of_peak": frac, "threshold": min_frac}
+               "copy_GBps": copy_now, "profile_copy_GBps": prof.copy_gbps, "fraction_of_peak": frac,
+               "threshold": min_frac, "spread": t.spread}
     figures.update({f"{label}_ms": t for label, t in others.items()})
     compared = "".join(f"; {label} {t:.3f} ms ({t / ms:.2f}x yours)" for label, t in others.items())
     msg = (f"{gbps:.0f} GB/s effective (counting the {n_bytes / 2**20:.0f} MiB a step must move) = {frac:.2f} of this "
-           f"GPU's measured copy bandwidth ({prof.copy_gbps:.0f} GB/s); needs {min_frac:.2f}. {ms:.3f} ms against "
+           f"GPU's copy bandwidth ({copy_now:.0f} GB/s, measured in turns with your step; {prof.copy_gbps:.0f} when "
+           f"the profile was taken); needs {min_frac:.2f}. {ms:.3f} ms against "
            f"{eager_ms:.3f} ms for the per-tensor PyTorch loop ({speedup:.2f}x)"
            f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}{compared}. "
            f"{len(sizes)} tensors, {sum(sizes):,} elements, {_dtype_name(dtype)}, {prof.name}.")

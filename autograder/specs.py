@@ -76,6 +76,9 @@ class KernelExercise(Exercise):
     reduced_axis: int = -1  # where that length sits in Shape.dims (attention's (B, H, N, D): 2)
     perf_shape: Shape = None
     perf_dtype: torch.dtype = torch.bfloat16
+    # Time the kernel and eager as replays of CUDA graphs: for a perf_shape whose kernel takes about as long as
+    # the host takes to launch it (decode), where plain calls measure the launch path's noise.
+    time_in_cuda_graph: bool = False
     max_launches: int = 1
     # Elementwise closeness for correctness, per dtype: (atol, rtol) against the float64 reference.
     tolerance: dict = dataclasses.field(default_factory=dict)

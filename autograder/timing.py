@@ -17,19 +17,31 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
-def bench_interleaved(fns: dict, rounds: int = 5, rep: int = 50) -> dict:
-    """{name: median ms} for several versions timed in turns (A B C, A B C, ...), the median over rounds.
+def interleaved_times(fns: dict, rounds: int = 5, rep: int = 50, lead: str | None = None) -> dict:
+    """{name: [ms per round]} for several versions timed in turns.
 
-    A GPU that runs long matrix products heats up and lowers its clocks: versions timed one after another
-    would each meet a different clock. Taking turns gives every version the same mix of states.
+    A GPU that runs long matrix products heats up and lowers its clocks, and a neighbour on a shared GPU comes
+    and goes: versions timed one after another would each meet a different state. Taking turns gives every
+    version the same mix of states, so their ratios hold even when the absolute times do not. The order turns
+    round by round (A B C, B C A, C A B, ...) so that no version always follows the same one; `lead` names a
+    version timed first in every round instead (a peak probe, after which the others take turns).
+    Only the first round warms up at length: later ones find everything compiled and cached.
     """
+    names = list(fns)
+    rest = [n for n in names if n != lead]
+    times = {name: [] for name in names}
+    for i in range(rounds):
+        turn = rest[i % len(rest):] + rest[:i % len(rest)] if rest else []
+        for name in ([lead] if lead in fns else []) + turn:
+            times[name].append(bench_ms(fns[name], warmup=25 if i == 0 else 5, rep=rep))
+    return times
+
+
+def bench_interleaved(fns: dict, rounds: int = 5, rep: int = 50) -> dict:
+    """{name: median ms} over rounds of interleaved_times."""
     import statistics
 
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            times[name].append(bench_ms(fn, rep=rep))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) for name, t in interleaved_times(fns, rounds, rep).items()}
 
 
 def not_written(exc: BaseException) -> bool:
@@ -81,6 +93,18 @@ def cuda_graph(fn):
     with torch.cuda.graph(graph):
         fn()
     return graph.replay
+
+
+def graph_or_plain(fn):
+    """(what to time, None) with fn recorded in a CUDA graph, or (fn, why not) where it cannot be recorded
+    (it synchronises, reads a result on the host, or copies from host memory): the caller says so."""
+    import torch
+
+    try:
+        return cuda_graph(fn), None
+    except Exception as exc:  # noqa: BLE001  any capture failure falls back to timing the plain calls
+        torch.cuda.synchronize()
+        return fn, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
 
 
 def synced_ms(fn, budget_s: float = 0.2) -> float:

@@ -364,8 +364,9 @@ def test_two_pass_kernel_reaches_a_smaller_fraction_of_peak_than_one_pass(perfor
     assert "fraction_of_peak" in two.figures, two.message
     assert "fraction_of_peak" in one.figures, one.message
     assert two.figures["fraction_of_peak"] < one.figures["fraction_of_peak"], (two.message, one.message)
-    # A naive version must fail the threshold (0.69-0.70 of copy against 0.75 on an H100, 2026-11-23).
-    assert two.status == "failed" and one.status == "passed", (two.message, one.message)
+    # Not a failing grade: a correct one-kernel version whose second read L2 partly serves (0.70 of copy on an
+    # H100, 0.80 on an H200, whose L2 is larger); the unfused eager version is the one that must fail.
+    assert one.status == "passed", one.message
 
 
 # =========================================================================================================

@@ -1,0 +1,49 @@
+"""The order in which the performance criterion times its versions (no GPU needed: the timer is replaced)."""
+
+import pytest
+
+from autograder import grade_perf, timing
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    calls = []
+
+    def fake_bench(fn, warmup=25, rep=100):
+        calls.append((fn(), warmup))
+        return 1.0
+
+    monkeypatch.setattr(timing, "bench_ms", fake_bench)
+    return calls
+
+
+def test_the_peak_leads_every_round_and_the_others_swap_places(recorded):
+    fns = {"peak": lambda: "peak", "yours": lambda: "yours", "eager": lambda: "eager"}
+    times = timing.interleaved_times(fns, rounds=4, rep=1, lead="peak")
+    order = [name for name, _ in recorded]
+    assert order == ["peak", "yours", "eager", "peak", "eager", "yours"] * 2
+    assert all(len(t) == 4 for t in times.values())
+    # Only the first round warms up at length.
+    assert [w for _, w in recorded[:3]] == [25, 25, 25] and {w for _, w in recorded[3:]} == {5}
+
+
+def test_without_a_lead_every_version_takes_every_place(recorded):
+    fns = {k: (lambda k=k: k) for k in "abc"}
+    timing.interleaved_times(fns, rounds=3, rep=1)
+    rounds = [[name for name, _ in recorded[i:i + 3]] for i in range(0, 9, 3)]
+    assert rounds == [list("abc"), list("bca"), list("cab")]
+    for place in range(3):
+        assert {r[place] for r in rounds} == set("abc")
+
+
+def test_an_even_number_of_rounds_keeps_yours_and_eager_even():
+    # Each follows the peak (whose clocks it inherits) in as many rounds as the other.
+    assert grade_perf.ROUNDS % 2 == 0
+
+
+def test_bench_interleaved_returns_medians(monkeypatch):
+    it = iter([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])
+    monkeypatch.setattr(timing, "bench_ms", lambda fn, warmup=25, rep=100: next(it))
+    med = timing.bench_interleaved({"a": lambda: None, "b": lambda: None}, rounds=3, rep=1)
+    # Rounds: (a, b), (b, a), (a, b): a gets 3, 5, 4 and b gets 1, 2, 6.
+    assert med == {"a": 4.0, "b": 2.0}
