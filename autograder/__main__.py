@@ -26,6 +26,22 @@ def main(argv=None) -> int:
     p_class.add_argument("--force", action="store_true", help="grade again students graded before")
     p_class.add_argument("--csv", default=None, help="where to write the grades (default grades-ASSIGNMENT.csv)")
     p_class.add_argument("--db", default=None, help="nbgrader database URL (default gradebook.db here)")
+    where = p_class.add_argument_group("where students are graded (default: one at a time on this machine)")
+    where.add_argument("--gpus", default=None, metavar="all|0,1,...",
+                       help="one student per GPU at a time, each process seeing only its GPU")
+    where.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="N students at once on the CPU (Triton's interpreter: performance not measured)")
+    where.add_argument("--cluster", choices=("slurm", "local", "debug"), default=None,
+                       help="one submitit job per student: a Slurm task with one GPU (run this on a login node; "
+                            "the course folder must be on storage the nodes share), or submitit's local processes")
+    where.add_argument("--slurm-partition", default=None, help="Slurm partition for the jobs")
+    where.add_argument("--slurm-time", type=int, default=60, metavar="MIN", help="time limit of a job (default 60)")
+    where.add_argument("--slurm-account", default=None, help="Slurm account to charge")
+    where.add_argument("--slurm-parallel", type=int, default=None, metavar="N",
+                       help="at most N students' jobs running at once")
+    where.add_argument("--slurm-gpus", type=int, default=1, metavar="N", help="GPUs per job (default 1)")
+    where.add_argument("--slurm-setup", action="append", default=None, metavar="COMMAND",
+                       help="a shell line each job runs first (e.g. 'module load cuda'); repeat for more")
     args = parser.parse_args(argv)
 
     if args.command == "grade-class":
@@ -34,8 +50,12 @@ def main(argv=None) -> int:
         from autograder.grade_class import GradingStopped, grade_class
 
         try:
+            options = dict(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
+                           parallel=args.slurm_parallel, gpus_per_task=args.slurm_gpus, setup=args.slurm_setup)
             rows = grade_class(Path.cwd(), args.assignment, timeout=args.timeout, force=args.force,
-                               csv_path=args.csv, db_url=args.db, echo=lambda m: print(m, flush=True))
+                               csv_path=args.csv, db_url=args.db, echo=lambda m: print(m, flush=True),
+                               gpus=args.gpus, workers=args.workers, cluster=args.cluster,
+                               cluster_options=options if args.cluster else None)
         except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

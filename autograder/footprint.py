@@ -33,14 +33,14 @@ def watched_roots(course_root: Path) -> list[Path]:
     return roots
 
 
-def _walk(top: Path, into: dict) -> None:
+def _walk(top: Path, into: dict, ignore: frozenset = frozenset()) -> None:
     if not top.exists() and not top.is_symlink():
         return
     if top.is_file() or top.is_symlink():
         into[str(top)] = _stat(top)
         return
     for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
+        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and os.path.join(dirpath, d) not in ignore]
         for name in filenames:
             path = os.path.join(dirpath, name)
             try:
@@ -55,17 +55,19 @@ def _stat(path) -> tuple:
 
 
 class Footprint:
-    def __init__(self, roots: list[Path]):
+    def __init__(self, roots: list[Path], ignore=()):
+        """ignore: folders inside the roots left out (the students' workspaces, when they sit in the course)."""
         self.roots = roots
+        self.ignore = frozenset(str(Path(p).resolve()) for p in ignore)
         self.files: dict[str, tuple] = {}
         for r in roots:
-            _walk(r, self.files)
+            _walk(r, self.files, self.ignore)
 
     def changes(self) -> list[str]:
         """Paths added, removed or changed since the record (or the last refresh), sorted."""
         now: dict[str, tuple] = {}
         for r in self.roots:
-            _walk(r, now)
+            _walk(r, now, self.ignore)
         return sorted(p for p in self.files.keys() | now.keys() if self.files.get(p) != now.get(p))
 
     def refresh(self, paths) -> None:
@@ -74,4 +76,4 @@ class Footprint:
             prefix = str(p) + os.sep
             for key in [k for k in self.files if k == str(p) or k.startswith(prefix)]:
                 del self.files[key]
-            _walk(p, self.files)
+            _walk(p, self.files, self.ignore)

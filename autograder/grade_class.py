@@ -1,6 +1,7 @@
-"""Grade a whole class with nbgrader, one student at a time, each in a workspace and process of its own.
+"""Grade a whole class with nbgrader, each student in a workspace and process of its own.
 
     python -m autograder grade-class ASSIGNMENT [--timeout SECONDS] [--force] [--csv PATH]
+                                                [--gpus all|0,1 | --workers N | --cluster slurm ...]
 
 Run it where nbgrader_config.py is (the course root). nbgrader's own `autograde` drops a notebook whose
 kernel crashed and reports it like a wrong answer, and runs every student's code where it can write into the
@@ -9,20 +10,23 @@ gradebook and into other students' folders. Here, for each student found in subm
 1. A private workspace (a temporary folder) gets a copy of the course's nbgrader configuration, the source
    assignment, this student's submission and a gradebook holding no other student.
 2. ``python -m autograder.grade_one`` runs nbgrader's autograde there, in a process of its own with a time
-   limit; it ends every process the notebook started before nbgrader writes its results.
+   limit; it ends every process the notebook started before nbgrader writes its results. Where it runs is the
+   runner's choice (class_runner): one student at a time here, one per GPU, N CPU workers, or a Slurm job each.
 3. Everything the grading of later students depends on (the course folder, the installed packages, Jupyter's
    configuration) must be as it was; otherwise the student is recorded as "tampered", the gradebook is put
-   back, and if anything else was changed the run stops and names it.
+   back, and if anything else was changed the run stops and names it (class_loop: with several students in
+   flight, they are graded again one at a time to find whose it was).
 4. The graded notebook is checked (a graded cell that passed must show the grader's verdict: see
-   ``_missing_verdicts``) and its grades are saved into the course's gradebook by nbgrader's own
-   SaveAutoGrades; the notebook goes to autograded/ for `nbgrader generate_feedback`.
+   ``class_gradebook.missing_verdicts``) and its grades are saved into the course's gradebook by nbgrader's own
+   SaveAutoGrades, by this process alone; the notebook goes to autograded/ for `nbgrader generate_feedback`.
 
-Every student ends up in the CSV as graded, crashed, timed out or tampered, with the reason, and with the
-flags of a static scan of their cells (autograder.scan), of any edited locked cell, and of answers that closely
-match the reference solution or another student's (autograder.similarity; side by side in
-similarity-ASSIGNMENT.html next to the CSV). Re-running is safe: a
-student whose submission has not changed since it was graded is skipped (--force grades everyone again), so an
-interrupted run resumes; a submission during which the run died twice is recorded as crashed.
+Every student ends up in the CSV as graded, crashed, timed out, tampered, performance not measured (a GPU busy with
+others' work: graded again) or not run (refused or cancelled by the cluster: graded again), with the reason, and
+with the flags of a static scan of their cells (autograder.scan), of any edited locked cell, and of answers that
+closely match the reference solution or another student's (autograder.similarity; side by side in
+similarity-ASSIGNMENT.html next to the CSV). Re-running is safe: a student whose submission has not changed since
+it was graded is skipped (--force grades everyone again), so an interrupted run resumes; a submission during which
+the run died twice is recorded as crashed.
 """
 
 from __future__ import annotations
@@ -32,26 +36,29 @@ import csv
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import warnings
+import threading
 from pathlib import Path
 
 from . import procs
 from .build import tool_env
-from .footprint import Footprint, watched_roots
+from .class_gradebook import scores as gradebook_scores
+from .class_loop import (  # noqa: F401  (statuses and GradingStopped re-exported)
+    CRASHED,
+    GRADED,
+    IN_PROGRESS,
+    NOT_MEASURED,
+    NOT_RUN,
+    TAMPERED,
+    TIMED_OUT,
+    GradingStopped,
+)
 
-GRADED, CRASHED, TIMED_OUT, TAMPERED, IN_PROGRESS = "graded", "crashed", "timed out", "tampered", "in progress"
 FIELDS = ["student_id", "assignment", "status", "score", "max_score", "reason", "flags"]
 CONFIG_FILES = ("nbgrader_config.py", "grading.toml")  # copied into each workspace (what the config reads)
-
-
-class GradingStopped(RuntimeError):
-    """A submission changed files that later students' grading depends on; they must be restored first."""
 
 
 class Course:
@@ -152,23 +159,60 @@ def _child_env(work: Path, grading_file: Path) -> dict:
     return env
 
 
-def grade_one(work: Path, assignment: str, student: str, timeout: float, grading_file: Path) -> tuple[str, str]:
-    """(status, reason): nbgrader's autograde of one student in its workspace, in a process of its own."""
+class Running:
+    """The grading processes in flight (their pids), shared by the threads that start them: a leftover is any other
+    child of this process. One lock orders starting a process and ending leftovers, so a process just started by
+    one thread is never taken for another's leftover."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._pids: set[int] = set()
+
+    def pids(self) -> set[int]:
+        with self.lock:
+            return set(self._pids)
+
+    def add(self, pid: int) -> None:
+        self._pids.add(pid)  # called with the lock held
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self._pids.discard(pid)
+
+
+def grade_one(work: Path, assignment: str, student: str, timeout: float, grading_file: Path,
+              extra_env: dict | None = None, running: Running | None = None) -> tuple[str, str]:
+    """(status, reason): nbgrader's autograde of one student in its workspace, in a process of its own.
+
+    extra_env: what this student's process gets on top (the GPU it may see). running: the processes of the other
+    students graded at the same time, which the clean-up after this one must leave alone."""
     cmd = [sys.executable, "-m", "autograder.grade_one", str(work), assignment, student]
-    before = procs.children()
+    running = running or Running()
     env = _child_env(work, grading_file)
-    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    env.update(extra_env or {})
+    with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
+        before = procs.children()
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        running.add(proc.pid)
+
+    def end_leftovers():
+        # Orphans climb up to this (subreaper) process: every child that is neither a grading still in flight nor
+        # there before this one started is a leftover.
+        with running.lock:
+            procs.end_children(keep=before | (running._pids - {proc.pid}))
+
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         procs.kill_tree(proc.pid)
-        procs.end_children(keep=before)  # what slipped out of the tree while it was being ended
+        end_leftovers()  # what slipped out of the tree while it was being ended
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=30)  # a survivor still holding the pipe must not hold up the class
         return TIMED_OUT, f"grading did not finish within {timeout:.0f} s (a hang or an endless loop?)"
     finally:
-        procs.end_children(keep=before)  # orphans that climbed up to this (subreaper) process
+        running.discard(proc.pid)
+        end_leftovers()
     lines = output.strip().splitlines()
     try:
         result = json.loads(lines[-1]) if lines else {}
@@ -184,133 +228,20 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
     return CRASHED, _why_it_failed(result.get("log", "") + result.get("error", "") or output)
 
 
-# -- what the notebook shows, and what was submitted ---------------------------------------------------------
-
-VERDICT_CALL = re.compile(r"""check\(\s*["']([^"']+)["'].*?\.assert_passed\(\s*["']([^"']+)["']""", re.S)
-
-
-def _missing_verdicts(nb) -> list[str]:
-    """Graded cells that scored without showing the grader's verdict; each gets an error output (0 points).
-
-    A cell calling check(...).assert_passed(criterion) prints "<exercise> <criterion>: PASS - ..." (or "skip")
-    when it passes. A cell that scored without it did not run as written: its code was rewritten before it ran,
-    or its error was swallowed (IPython's transformers or exception handlers replaced by the notebook).
-    """
-    from nbformat import NotebookNode
-    from nbgrader.utils import determine_grade, is_grade, is_solution
-
-    missing = []
-    for cell in nb.cells:
-        if cell.cell_type != "code" or not is_grade(cell) or is_solution(cell):
-            continue
-        call = VERDICT_CALL.search(cell.source)
-        score, _ = determine_grade(cell)
-        if call is None or not score:
-            continue
-        shown = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
-        if not re.search(rf"^{re.escape(call.group(1))} {re.escape(call.group(2))}: (PASS|skip) - ", shown, re.M):
-            grade_id = cell.metadata["nbgrader"]["grade_id"]
-            missing.append(grade_id)
-            text = ("this graded cell finished without the grader's verdict in its output, so its code did not run "
-                    "as written (cells rewritten or errors swallowed by the notebook): no points")
-            cell.outputs.append(NotebookNode(output_type="error", ename="NoVerdict", evalue=text,
-                                             traceback=[f"NoVerdict: {text}"]))
-    return missing
-
-
-def _submission_flags(course: Course, assignment: str, student: str, db_url: str) -> list[str]:
-    """Edited locked cells (nbgrader grades the original instead) and what the static scan finds."""
-    import nbformat
-    from nbgrader.api import Gradebook, MissingEntry
-    from nbgrader.utils import compute_checksum
-
-    from .scan import scan_notebook
-
-    flags = []
-    with Gradebook(db_url) as gb:
-        for path in sorted((course.root / course.submitted / student / assignment).glob("*.ipynb")):
-            try:
-                nb = nbformat.read(path, as_version=4)
-            except Exception as exc:  # unreadable JSON: nbgrader will say so too
-                flags.append(f"{path.name}: not a readable notebook ({type(exc).__name__})")
-                continue
-            for cell in nb.cells:
-                grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                if not grade_id:
-                    continue
-                try:
-                    source = gb.find_source_cell(grade_id, path.stem, assignment)
-                except MissingEntry:
-                    continue
-                if source.locked and compute_checksum(cell) != source.checksum:
-                    flags.append(f"edited locked cell {grade_id} (graded as released)")
-            flags += scan_notebook(nb)
-    return flags
-
-
-def _save_grades(course: Course, work: Path, assignment: str, student: str, db_url: str) -> list[str]:
-    """Move the graded notebooks into autograded/ and their grades into the course's gradebook."""
-    import nbformat
-    from nbgrader.api import Gradebook
-    from nbgrader.coursedir import CourseDirectory
-    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
-    from sqlalchemy.exc import SAWarning
-
-    produced = work / course.autograded / student / assignment
-    dest = course.root / course.autograded / student / assignment
-    submitted = course.root / course.submitted / student / assignment
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    timestamp = CourseDirectory(config=course.config, root=str(course.root)).get_existing_timestamp(str(submitted))
-    with Gradebook(db_url) as gb:  # one session per step, as nbgrader's autograde does it
-        gb.update_or_create_student(student)
-    with Gradebook(db_url) as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission, with SQLAlchemy 2
-        gb.update_or_create_submission(assignment, student, **({"timestamp": timestamp} if timestamp else {}))
-    with Gradebook(db_url) as gb:
-        expected = [nb.name for nb in gb.find_assignment(assignment).notebooks]
-    missing = []
-    for name in expected:
-        path = produced / f"{name}.ipynb"
-        if not path.exists():  # not submitted: nbgrader scores it 0
-            with Gradebook(db_url) as gb:
-                for grade in gb.find_submission_notebook(name, assignment, student).grades:
-                    grade.auto_score, grade.needs_manual_grade = 0, False
-                gb.db.commit()
-            continue
-        nb = nbformat.read(path, as_version=4)
-        missing += _missing_verdicts(nb)
-        resources = {"nbgrader": {"notebook": name, "assignment": assignment, "student": student, "db_url": db_url}}
-        for step in (SaveAutoGrades, AssignLatePenalties):
-            nb, resources = step(config=course.config).preprocess(nb, resources)
-        nbformat.write(nb, dest / path.name)
-    if (produced / "timestamp.txt").exists():
-        shutil.copy(produced / "timestamp.txt", dest / "timestamp.txt")
-    return [f"cell {gid} passed without the grader's verdict in its output: scored 0" for gid in missing]
-
-
 # -- the class -----------------------------------------------------------------------------------------------
 
-def _scores(assignment: str, db_url: str) -> tuple[dict, float]:
-    from nbgrader.api import Gradebook, MissingEntry
-
-    scores = {}
-    with Gradebook(db_url) as gb:
-        try:
-            max_score = gb.find_assignment(assignment).max_score
-        except MissingEntry:
-            max_score = 0.0
-        for sub in gb.assignment_submissions(assignment):
-            scores[sub.student.id] = sub.score
-    return scores, max_score
-
-
-def _relative(paths, root: Path) -> list[str]:
-    return [os.path.relpath(p, root) if Path(p).is_relative_to(root) else p for p in paths]
-
-
 def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool = False,
-                csv_path: Path | None = None, db_url: str | None = None, echo=print) -> list[dict]:
+                csv_path: Path | None = None, db_url: str | None = None, echo=print, gpus: str | None = None,
+                workers: int | None = None, cluster: str | None = None, cluster_options: dict | None = None,
+                progress: bool = True) -> list[dict]:
+    """Grade every student's submission of `assignment`; returns the CSV's rows.
+
+    gpus ("all" or "0,1"): one student per GPU at a time, each process seeing only its GPU; workers: that many
+    students at once on the CPU; cluster ("slurm", "local" or "debug"): one submitit job per student, with
+    cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup...)."""
+    from .class_loop import ClassRun
+    from .class_runner import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
+
     root = Path(root).resolve()
     course = Course(root)
     submitted = root / course.submitted
@@ -321,23 +252,41 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     db_file = _sqlite_file(db_url).resolve()
     if not db_file.exists():
         raise FileNotFoundError(f"no gradebook at {db_file}: run `nbgrader generate_assignment {assignment}` first")
+    if cluster is not None and (gpus is not None or workers is not None):
+        raise ValueError("--cluster grades each student as a job of its own: --gpus and --workers do not apply")
+    slots = None if cluster else gpu_slots(gpus, workers)  # a bad --gpus is said before anything is touched
     state_file = root / course.autograded / f".grade-class-{assignment}.json"
     state = json.loads(state_file.read_text()) if state_file.exists() and not force else {}
-
-    def save_state():
-        state_file.parent.mkdir(parents=True, exist_ok=True)
-        state_file.write_text(json.dumps(state, indent=1))
-        footprint.refresh([state_file])
-
+    # A cluster's nodes must see the workspaces: they go under the course folder (which the nodes share), in a
+    # folder the footprint leaves out. On this machine they go to the system's temporary folder.
+    shared = root / ".grade-class-work" if cluster else None
+    if shared is not None:
+        shared.mkdir(exist_ok=True)
     procs.become_subreaper()  # processes a notebook leaves behind come back here to be ended
     try:
-        with tempfile.TemporaryDirectory(prefix="grade-class-") as tmp:
-            footprint = Footprint(watched_roots(root))
-            for i, student in enumerate(students, 1):
-                _grade_student(course, assignment, student, f"[{i}/{len(students)}]", Path(tmp), timeout, db_url,
-                               state, save_state, footprint, echo)
+        with tempfile.TemporaryDirectory(prefix="grade-class-", dir=shared) as tmp:
+            run = ClassRun(course, assignment, db_url, state, state_file, Path(tmp), echo, progress)
+            if cluster:
+                executor = submitit_executor(Path(tmp) / "submitit", cluster, **(cluster_options or {}))
+                runner = SubmititRunner(executor, timeout, course.grading_file)
+                echo(f"grading {assignment} as {cluster} jobs, one per student")
+            else:
+                runner = LocalRunner(slots, timeout, course.grading_file)
+                if len(slots) > 1:
+                    echo(f"grading {assignment} on {', '.join(s.name for s in slots)}: one student on each at a time")
+            suspects = run.run(run.todo(students), runner)
+            if suspects:
+                echo(f"grading {len(suspects)} students again one at a time: {', '.join(suspects)}")
+                run.run(suspects, runner, one_at_a_time=True)
+            if run.unmeasured:  # alone now: what shared the GPU may have been this run's own other students
+                again, run.unmeasured = run.unmeasured, []
+                echo(f"grading {len(again)} students again, one at a time, whose performance was not measured "
+                     f"(the GPU was shared): {', '.join(again)}")
+                run.run(again, runner, one_at_a_time=True)
     finally:
         procs.become_subreaper(False)
+        if shared is not None:
+            shutil.rmtree(shared, ignore_errors=True)
     csv_path = Path(csv_path or root / f"grades-{assignment}.csv")
     similar = _similarity(course, assignment, students, csv_path.with_name(f"similarity-{assignment}.html"), echo)
     return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar)
@@ -360,71 +309,12 @@ def _similarity(course: Course, assignment: str, students: list[str], report: Pa
     return flags
 
 
-def _grade_student(course, assignment, student, counter, tmp, timeout, db_url, state, save_state, footprint, echo):
-    """Grade one student (or skip them), keeping state and the course folder right whatever happens."""
-    root, db_file = course.root, _sqlite_file(db_url).resolve()
-    journal = db_file.with_name(db_file.name + "-journal")
-    digest = _submission_hash(root / course.submitted / student / assignment)
-    done = state.get(student)
-    same = bool(done) and done["hash"] == digest
-    if same and done["status"] != IN_PROGRESS:
-        echo(f"{counter} {student}: {done['status']} earlier, submission unchanged: skipped")
-        return
-    if same and done.get("attempts", 0) >= 2:
-        state[student] = dict(done, status=CRASHED, reason="the class run itself died twice while grading this "
-                              "submission (does it kill the grader's processes?)")
-        save_state()
-        echo(f"{counter} {student}: {CRASHED} ({state[student]['reason']})")
-        return
-    attempts = done.get("attempts", 0) + 1 if same else 1
-    state[student] = {"status": IN_PROGRESS, "hash": digest, "attempts": attempts, "reason": "", "flags": []}
-    save_state()
-    started = time.time()
-    flags = _submission_flags(course, assignment, student, db_url)
-    template = tmp / "template.db" if (tmp / "template.db").exists() else _private_gradebook(db_file, tmp)
-    shutil.copy(db_file, tmp / "gradebook-before.db")
-    try:
-        work = _workspace(course, assignment, student, template, tmp)
-        status, reason = grade_one(work, assignment, student, timeout, course.grading_file)
-        changed = footprint.changes()
-        unrestorable = []
-        if changed:  # put back what can be put back; what cannot stops the run below
-            shutil.copy(tmp / "gradebook-before.db", db_file)
-            journal.unlink(missing_ok=True)
-            save_state()
-            footprint.refresh([db_file, journal])
-            unrestorable = footprint.changes()
-            listed = ", ".join(_relative(changed[:6], root)) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-            status, reason = TAMPERED, f"changed files outside its own workspace: {listed}"
-        elif status == GRADED:
-            flags += _save_grades(course, work, assignment, student, db_url)
-            footprint.refresh([root / course.autograded / student / assignment, db_file, journal])
-    except KeyboardInterrupt:
-        if done is None:
-            state.pop(student, None)
-        else:
-            state[student] = done
-        save_state()
-        raise
-    finally:
-        shutil.rmtree(tmp / f"student-{student}", ignore_errors=True)
-    state[student] = {"status": status, "hash": digest, "attempts": attempts, "reason": reason, "flags": flags}
-    save_state()
-    echo(f"{counter} {student}: {status} in {time.time() - started:.0f} s" + (f" ({reason})" if reason else "")
-         + (f" [{len(flags)} flag(s)]" if flags else ""))
-    if unrestorable:
-        raise GradingStopped(
-            f"grading stopped: {student}'s notebook changed files that the grading of other students depends on: "
-            f"{', '.join(_relative(unrestorable[:10], root))}. Restore them (from version control or a backup) and "
-            "run again: the run resumes after the students already graded.")
-
-
 def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None) -> list[dict]:
-    scores, max_score = _scores(assignment, db_url)
+    scores, max_score = gradebook_scores(assignment, db_url)
     rows = []
     for student in students:
         entry = state[student]
-        score = scores.get(student, 0.0) if entry["status"] == GRADED else 0.0
+        score = scores.get(student, 0.0) if entry["status"] in (GRADED, NOT_MEASURED) else 0.0
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
                      "score": score, "max_score": max_score, "reason": entry["reason"],
                      "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, []))})
@@ -432,7 +322,12 @@ def _write_csv(root, assignment, students, state, db_url, csv_path, echo, simila
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
-    counts = {s: sum(r["status"] == s for r in rows) for s in (GRADED, CRASHED, TIMED_OUT, TAMPERED)}
+    counts = {s: sum(r["status"] == s for r in rows)
+              for s in (GRADED, CRASHED, TIMED_OUT, TAMPERED, NOT_MEASURED, NOT_RUN)}
+    later = "".join(
+        f"; {counts[s]} {what}: run again" for s, what in (
+            (NOT_MEASURED, "with performance not measured (GPU shared)"), (NOT_RUN, "not run (refused or cancelled)"))
+        if counts[s])
     echo(f"{len(rows)} students: {counts[GRADED]} graded, {counts[CRASHED]} crashed, {counts[TIMED_OUT]} timed out, "
-         f"{counts[TAMPERED]} tampered, 0 lost; wrote {csv_path}")
+         f"{counts[TAMPERED]} tampered, 0 lost{later}; wrote {csv_path}")
     return rows

@@ -17,7 +17,7 @@ from . import device as device_mod
 from . import runtime
 from .config import GradingConfig
 from .grade_kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync
-from .grade_perf import copy_peak, not_measured, time_in_turns
+from .grade_perf import copy_peak, measure, not_measured, shared_gpu
 from .report import FAILED, PASSED, CriterionResult
 from .sandbox import Guarded, TritonLaunches, Watch
 from .secret import EXTRA_SIZES
@@ -247,8 +247,10 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     del before
     args = [lists[n] for n in ex.arg_names] + [step] + list(hyper.values())
     peak = copy_peak(prof)
-    t = time_in_turns(lambda: fn(*args), lambda: ex.eager(*args), peak.call, in_graph=False)
+    t, why = measure(lambda: fn(*args), lambda: ex.eager(*args), peak, in_graph=False)
     peak.call = None
+    if t is None:
+        return shared_gpu(cfg, why)
     ms, eager_ms = t.yours_ms, t.eager_ms
     others = {label: bench_ms(run) for label, run in (ex.baselines(lists, step, hyper) if ex.baselines else {}).items()}
     copy_now = peak.rate(t.peak_ms)

@@ -56,7 +56,7 @@ def _pyproject(root: Path) -> str:
 
 def _student_side(requirements: list[str]) -> list[str]:
     """What a student's Jupyter needs of the course extra: not the instructor's build and similarity tools."""
-    instructor_only = ("setuptools", "copydetect", "jupytext")
+    instructor_only = ("setuptools", "copydetect", "jupytext", "submitit")
     return [r for r in requirements if not r.startswith(instructor_only)]
 
 

@@ -43,8 +43,8 @@ def become_subreaper(on: bool = True) -> bool:
     return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every live (not zombie) process, from /proc."""
+def _parents(zombies: bool = False) -> dict[int, int]:
+    """pid -> parent pid of every live process (or, with zombies, of every ended one not yet reaped), from /proc."""
     found = {}
     for entry in os.listdir("/proc") if LINUX else ():
         if not entry.isdigit():
@@ -55,7 +55,7 @@ def _parents() -> dict[int, int]:
         except OSError:
             continue  # it ended meanwhile
         fields = stat[stat.rindex(b")") + 2 :].split()  # the name in parentheses may hold spaces
-        if fields[0] != b"Z":
+        if (fields[0] == b"Z") == zombies:
             found[int(entry)] = int(fields[1])
     return found
 
@@ -93,28 +93,34 @@ def end_children(keep: set[int] = frozenset(), timeout: float = 10.0) -> int:
     how many were found.
 
     Meant for a subreaper whose children are now only leftovers: orphans climb up to it as their parents die,
-    so this repeats until none is left.
+    so this repeats until none is left. Only the processes it ended are reaped: a child in keep may be another
+    thread's subprocess, whose exit status is that thread's to collect.
     """
     ended = 0
     deadline = time.monotonic() + timeout
+    killed: set[int] = set()
     while time.monotonic() < deadline:
         kids = children() - keep
         if not kids:
             break
-        ended += len(kids)
+        ended += len(kids - killed)
         for kid in kids:
             kill(descendants(kid) + [kid])
-        _reap()
+        killed |= kids
+        killed -= _reap(killed)
         time.sleep(0.05)
-    _reap()
+    me = os.getpid()
+    _reap(killed | ({p for p, pp in _parents(zombies=True).items() if pp == me} - keep))  # and orphans that ended
     return ended
 
 
-def _reap() -> None:
-    while True:
+def _reap(pids: set[int]) -> set[int]:
+    """Collect the exit status of these children where they have ended; returns those collected (or gone)."""
+    done = set()
+    for pid in pids:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if os.waitpid(pid, os.WNOHANG)[0] != 0:
+                done.add(pid)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            done.add(pid)  # not (or no longer) our child
+    return done

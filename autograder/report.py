@@ -10,6 +10,11 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _MARK = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "skip"}
 
 
+class GPUShared(AssertionError):
+    """A performance cell whose measurement the GPU's other users spoiled: no points for now, and grade-class
+    grades the student again when the GPU is free (never a failing grade)."""
+
+
 @dataclasses.dataclass
 class CriterionResult:
     name: str
@@ -43,6 +48,9 @@ class Report:
         """Raise AssertionError carrying the feedback if the criterion (or any, when None) failed."""
         chosen = [self[criterion]] if criterion else self.results
         failed = [r for r in chosen if r.status == FAILED]
+        shared = [r for r in chosen if r.status == SKIPPED and r.figures.get("gpu_shared") and r.figures.get("required")]
+        if shared and not failed:
+            raise GPUShared("\n".join(f"{self.exercise}: {r.name} {r.message}" for r in shared))
         if failed:
             lines = [f"{self.exercise}: {r.name} failed\n{_indent(r.message)}" for r in failed]
             raise AssertionError("\n".join(lines))

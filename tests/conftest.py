@@ -32,12 +32,14 @@ LONGEST_FIRST = {
     "course-05_streaming_reduction_fusion": 3.2,
     "course-03_horizontal_fusion": 1.9,
     "grade-class": 1.5,
+    "grade-class-parallel": 1.5,
     "course-04_gemm_epilogue_fusion": 1.1,
     "course-01_hbm_cost_model": 0.9,
     "handout": 0.9,
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
+                 "test_grade_class_parallel.py": "grade-class-parallel",  # the same class by 1 and 2 workers
                  "test_handout.py": "handout"}  # one hand-out built and installed
 
 

@@ -1,0 +1,160 @@
+"""A shared GPU never fails a correct kernel: what NVML says is read right, and (on a GPU) two gradings at once
+each pass or say that performance was not measured, never fail."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from autograder import build, gpu_share
+
+
+class _Proc:
+    def __init__(self, pid, used=None):
+        self.pid, self.usedGpuMemory = pid, used
+
+
+class _Nvml:
+    """A stand-in for pynvml: the processes and utilization of one GPU."""
+
+    def __init__(self, processes, utilization, fail=False):
+        self.processes, self.utilization, self.fail = processes, utilization, fail
+
+    def nvmlInit(self):
+        if self.fail:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetComputeProcesses(self, handle):
+        return self.processes
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("U", (), {"gpu": self.utilization})()
+
+
+@pytest.fixture(autouse=True)
+def _no_cuda_handle(monkeypatch):
+    monkeypatch.setattr(gpu_share, "_handle", lambda pynvml: "gpu0")
+
+
+def test_other_processes_are_named_and_this_one_is_not():
+    import os
+
+    s = gpu_share.read(_Nvml([_Proc(os.getpid(), 2**30), _Proc(999999, 3 * 2**30)], utilization=0))
+    assert s.readable and s.others == ["pid 999999 (3.0 GiB)"] and not s.shared  # idle: a context, no work
+    busy = gpu_share.read(_Nvml([_Proc(os.getpid())], utilization=87))
+    assert busy.shared and "87% busy" in busy.describe()
+
+
+def test_pids_from_another_namespace_are_not_taken_for_neighbours():
+    # In a container NVML may number processes as the host does: this process is then not recognisable.
+    s = gpu_share.read(_Nvml([_Proc(4_000_001), _Proc(4_000_002)], utilization=3))
+    assert s.readable and s.others == [] and not s.shared
+
+
+def test_without_nvml_nothing_is_claimed():
+    s = gpu_share.read(_Nvml([], 0, fail=True))
+    assert not s.readable and not s.shared and s.describe() == "NVML cannot tell"
+
+
+def test_waiting_stops_when_the_gpu_comes_free():
+    states = iter([gpu_share.Sharing(True, [], 90), gpu_share.Sharing(True, [], 60), gpu_share.Sharing(True, [], 2)])
+    slept = []
+    s = gpu_share.wait_until_free(wait_s=30, reader=lambda: next(states), sleep=slept.append)
+    assert not s.shared and slept[0] == gpu_share.SETTLE_S and len(slept) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_two_gradings_at_once_on_one_gpu_fail_no_correct_kernel(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys, time
+        from autograder import check
+        from kernels.rmsnorm import rmsnorm
+        from kernels.add_rmsnorm import add_rmsnorm
+        out, end = [], time.time() + 90
+        while time.time() < end:
+            for ex, fn in (("02.rmsnorm", rmsnorm), ("02.add_rmsnorm", add_rmsnorm)):
+                r = check(ex, fn, criteria=["performance"])["performance"]
+                out.append((ex, r.status, r.message.splitlines()[0]))
+        print(json.dumps(out))
+    """)
+    env = build.tool_env()
+    env["FUSION_COURSE_GRADING"] = str(build.ROOT / "grading.toml")  # the instructor's: performance required
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=build.ROOT, env=env, stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+    seen = [r for res in results for r in res]
+    assert len(seen) >= 4
+    for ex, status, message in seen:
+        assert status in ("passed", "skipped"), f"{ex}: {status}: {message}"
+        if status == "skipped":
+            assert message.startswith("not measured: the GPU is shared"), message
+
+
+def _peak(profile=3000.0):
+    from autograder.grade_perf import Peak
+
+    return Peak("copy", lambda: None, 3e9, profile, "GB/s")  # 3 GB a call: 1 ms is 3000 GB/s
+
+
+def _timings(peak_ms):
+    from autograder.grade_perf import Timings
+
+    return Timings(yours_ms=2.0, eager_ms=4.0, peak_ms=peak_ms, spread=0.01)
+
+
+@pytest.mark.parametrize("sharing, peak_ms, tries, clean", [
+    ([gpu_share.Sharing(True, [], 0)], 1.0, 1, True),  # idle after timing: one try
+    ([gpu_share.Sharing(True, ["pid 7 (1.0 GiB)"], 95)] * 3, 1.0, 3, False),  # busy every time: not measured
+    ([gpu_share.Sharing(True, [], 95), gpu_share.Sharing(True, [], 1)], 1.0, 2, True),  # busy once, then free
+    ([gpu_share.Sharing(False)] * 3, 2.0, 3, False),  # no NVML and the copy at half its profile rate
+    ([gpu_share.Sharing(False)], 1.05, 1, True),  # no NVML, the peak where the profile put it
+])
+def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(monkeypatch, sharing, peak_ms, tries,
+                                                                              clean):
+    from autograder import grade_perf
+
+    after = iter(sharing)
+    calls = []
+    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+                        lambda wait_s=gpu_share.WAIT_S: next(after) if wait_s == 0 else gpu_share.Sharing(True, [], 0))
+    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: calls.append(1) or _timings(peak_ms))
+    t, why = grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    assert len(calls) == tries and (t is not None) == clean
+    if not clean:
+        assert why and ("busy" in why or "of this GPU's profile" in why)
+
+
+def test_not_measured_stops_a_required_cell_without_failing_it():
+    from autograder import config, grade_perf
+    from autograder.report import GPUShared, Report
+
+    cfg = config.load()
+    for required in (False, True):
+        cfg = type(cfg)(**{**cfg.__dict__, "require_performance": required})
+        r = grade_perf.shared_gpu(cfg, "the GPU 95% busy while the grader waited")
+        assert r.status == "skipped" and r.message.startswith("not measured: the GPU is shared")
+        report = Report("02.rmsnorm", [r])
+        if required:
+            with pytest.raises(GPUShared, match="not measured: the GPU is shared"):
+                report.assert_passed("performance")
+        else:
+            report.assert_passed("performance")  # a self-learner sees the skip
+
+
+def test_grade_class_finds_the_cells_whose_performance_was_not_measured():
+    import nbformat
+
+    from autograder.class_gradebook import unmeasured
+
+    nb = nbformat.v4.new_notebook()
+    ok = nbformat.v4.new_code_cell("check(...)", metadata={"nbgrader": {"grade_id": "test_rmsnorm_correctness"}})
+    shared = nbformat.v4.new_code_cell("check(...)", metadata={"nbgrader": {"grade_id": "test_rmsnorm_performance"}})
+    shared.outputs = [nbformat.v4.new_output("error", ename="GPUShared", evalue="not measured", traceback=[])]
+    nb.cells = [ok, shared]
+    assert unmeasured(nb) == ["test_rmsnorm_performance"]
