@@ -18,7 +18,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test corpus course handout bench device check grade clean
+.PHONY: lab test corpus course handout bench device check grade clean browser screenshots
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -38,15 +38,28 @@ endif
 # Containers and cloud GPU machines run as root, where JupyterLab refuses to start without --allow-root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# LAB_DIR: the folder JupyterLab opens (the browser tests open a copy of course/).
+LAB_DIR ?= course
+
 lab: $(STAMP)
-	cd course && ../$(BIN)/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
+	cd $(LAB_DIR) && $(abspath $(BIN))/jupyter lab $(ROOT_FLAG) $(LAB_ARGS)
 
 # Every core (pytest-xdist; tests/conftest.py groups the tests that share a fixture and starts the longest
 # first), and the 20 slowest tests listed at the end, so that the next slow test is seen when it lands.
 # One thread per process: a worker per core, and thread pools that spin against each other cost 3-4x (conftest).
 # pytest's exit code 5 (no test collected) fails the target like any other failure.
 TEST_JOBS ?= auto
-test: $(STAMP)
+# The browser tests drive Debian's chromium: installed here when missing and this is root on Debian (CI, containers);
+# otherwise tests/test_browser.py is skipped with its reason.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "==> installing chromium and chromium-driver for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	    || echo "could not install chromium: the browser tests will be skipped"; \
+	else echo "no chromium here (and not root on Debian): the browser tests will be skipped"; fi
+
+test: $(STAMP) browser
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --durations=20 $(PYTEST_ARGS)
 
 # Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
@@ -72,6 +85,10 @@ device: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(ASSIGNMENT)" || (echo "usage: make grade ASSIGNMENT=<name>"; exit 2)
 	$(BIN)/python -m autograder grade-class $(ASSIGNMENT)
+
+# The README's pictures of what a student and an instructor see, taken by the browser tests.
+screenshots: $(STAMP) browser
+	FUSION_COURSE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist -q tests/test_browser.py
 
 check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb

@@ -33,6 +33,19 @@ def _jupyter_shell():
     return ipython.get_ipython() if ipython is not None else None
 
 
+def _verdicts_as_messages(shell) -> None:
+    """A failed or unmeasured criterion shows as its message alone: the grader's frames above it are noise to a
+    student (and name where the course is installed). The cell still ends in an error, which is what nbgrader
+    scores; a student's own errors keep their full tracebacks."""
+    from .report import GPUShared, GradeFailed
+
+    def show(self, etype, value, tb, tb_offset=None):
+        self._showtraceback(etype, value, [f"{etype.__name__}: {value}"])
+
+    shell.set_custom_exc((GradeFailed, GPUShared), show)
+
+
 # In a Jupyter kernel this import is the notebook's first cell: record the grader before any student code runs.
 if _jupyter_shell() is not None:
+    _verdicts_as_messages(_jupyter_shell())
     integrity.protect(_jupyter_shell())

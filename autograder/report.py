@@ -10,6 +10,10 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _MARK = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "skip"}
 
 
+class GradeFailed(AssertionError):
+    """A criterion failed; its message is the feedback (a notebook shows it without the grader's frames)."""
+
+
 class GPUShared(AssertionError):
     """A performance cell whose measurement the GPU's other users spoiled: no points for now, and grade-class
     grades the student again when the GPU is free (never a failing grade)."""
@@ -53,7 +57,7 @@ class Report:
             raise GPUShared("\n".join(f"{self.exercise}: {r.name} {r.message}" for r in shared))
         if failed:
             lines = [f"{self.exercise}: {r.name} failed\n{_indent(r.message)}" for r in failed]
-            raise AssertionError("\n".join(lines))
+            raise GradeFailed("\n".join(lines))
         print(self.summary(criterion))
 
     def summary(self, criterion: str | None = None) -> str:

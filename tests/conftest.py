@@ -33,6 +33,7 @@ LONGEST_FIRST = {
     "course-03_horizontal_fusion": 1.9,
     "grade-class": 1.5,
     "grade-class-parallel": 1.5,
+    "browser": 1.2,
     "course-04_gemm_epilogue_fusion": 1.1,
     "course-01_hbm_cost_model": 0.9,
     "handout": 0.9,
@@ -40,7 +41,8 @@ LONGEST_FIRST = {
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
                  "test_grade_class_parallel.py": "grade-class-parallel",  # the same class by 1 and 2 workers
-                 "test_handout.py": "handout"}  # one hand-out built and installed
+                 "test_handout.py": "handout",  # one hand-out built and installed
+                 "test_browser.py": "browser"}  # one JupyterLab at a time
 
 
 def group_of(nodeid: str) -> str | None:

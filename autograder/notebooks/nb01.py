@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ..ops import fused_chain as fc
 from ..sandbox import to_device_keeping_layout
@@ -138,6 +139,22 @@ def _chain_inputs(shape: Shape, dtype, device, gen):
     return {"x": x, "bias": bias, "alpha": alpha}
 
 
+def _no_alpha(x, bias, alpha):
+    return F.silu(x.double() + bias.double())
+
+
+def _sigmoid_only(x, bias, alpha):
+    return alpha * torch.sigmoid(x.double() + bias.double())
+
+
+def _no_bias(x, bias, alpha):
+    return alpha * F.silu(x.double())
+
+
+def _bias_after_silu(x, bias, alpha):
+    return alpha * (F.silu(x.double()) + bias.double())
+
+
 FUSED_CHAIN = KernelExercise(
     id="01.fused_chain",
     notebook=NOTEBOOK,
@@ -168,6 +185,12 @@ FUSED_CHAIN = KernelExercise(
     precision_floor={torch.float32: 1e-6},
     precision_note="Upcast x and bias to float32 right after tl.load, and round only at the store.",
     default_min_fraction=0.6,
+    diagnoses=(
+        ("alpha is missing: y = alpha * silu(x + bias)", _no_alpha),
+        ("sigmoid(x + bias) without the factor x + bias: SiLU is z * sigmoid(z)", _sigmoid_only),
+        ("the bias is missing: silu of x + bias, the bias broadcast along the rows", _no_bias),
+        ("the bias was added after the SiLU: it goes inside, silu(x + bias)", _bias_after_silu),
+    ),
 )
 
 EXERCISES = (COST_MODEL, LAYER_TRAFFIC, FUSED_CHAIN)

@@ -148,10 +148,20 @@ if ON_GPU:
             measured[version].append(ms)
     del x
 
-model = [chain_times(n, size, bw_gbps * 1e9, launch_s) for n in N_OPS]
+from autograder.timing import not_written
+
+try:
+    model = [chain_times(n, size, bw_gbps * 1e9, launch_s) for n in N_OPS]
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print(f"chain_times is not written yet ({type(exc).__name__}): the plot has no model lines until you write "
+          "exercise (a) above and run this cell again")
+    model = []
 fig, ax = plt.subplots(figsize=(8, 5))
-ax.plot(N_OPS, [1e3 * u for u, _ in model], "k--", label="model, unfused")
-ax.plot(N_OPS, [1e3 * f for _, f in model], "k:", label="model, fused")
+if model:
+    ax.plot(N_OPS, [1e3 * u for u, _ in model], "k--", label="model, unfused")
+    ax.plot(N_OPS, [1e3 * f for _, f in model], "k:", label="model, fused")
 for version, style in (("eager", "o-"), ("compiled", "s-"), ("triton", "^-")):
     if measured[version]:
         ax.plot(N_OPS, measured[version], style, label=f"measured: {version}")
@@ -161,7 +171,7 @@ ax.set_title(f"256 MiB fp32, {peak_label}" + ("" if ON_GPU else " — model only
 ax.legend()
 ax.grid(alpha=0.3)
 plt.show()
-if ON_GPU:
+if ON_GPU and model:
     print(f"{'n':>2} {'eager ms':>9} {'model':>7} {'compile ms':>11} {'triton ms':>10} {'model':>7} {'speed-up':>8}")
     for n, e, c, t, (mu, mf) in zip(N_OPS, measured["eager"], measured["compiled"], measured["triton"], model):
         print(f"{n:>2} {e:9.3f} {1e3 * mu:7.3f} {c:11.3f} {t:10.3f} {1e3 * mf:7.3f} {e / t:7.1f}x")
@@ -202,8 +212,10 @@ if ON_GPU:
     del x
 
 fig, ax = plt.subplots(figsize=(8, 5))
-ax.loglog(sizes, [1e3 * chain_times(n, s, bw_gbps * 1e9, launch_s)[0] for s in sizes], "k--", label="model, unfused")
-ax.loglog(sizes, [1e3 * chain_times(n, s, bw_gbps * 1e9, launch_s)[1] for s in sizes], "k:", label="model, fused")
+if model:  # chain_times is written (the cell above says so otherwise)
+    ax.loglog(sizes, [1e3 * chain_times(n, s, bw_gbps * 1e9, launch_s)[0] for s in sizes], "k--",
+              label="model, unfused")
+    ax.loglog(sizes, [1e3 * chain_times(n, s, bw_gbps * 1e9, launch_s)[1] for s in sizes], "k:", label="model, fused")
 if ON_GPU:
     ax.loglog(sizes, eager_ms, "o-", label=f"measured: eager ({n} kernels)")
     ax.loglog(sizes, fused_ms, "^-", label="measured: fused Triton (1 kernel)")
@@ -264,17 +276,24 @@ def layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
 check("01.layer_traffic", layer_traffic, criteria=["correctness"]).assert_passed("correctness")
 
 # %% nbgrader={"grade": false, "grade_id": "llama-use", "locked": true, "schema_version": 3, "solution": false}
-unfused, fused, saving = layer_traffic(4, 2048, 4096, 11008, 2, bw_gbps * 1e9)
-print(f"per layer: unfused {unfused / 1e9:.2f} GB, fused {fused / 1e9:.2f} GB "
-      f"({unfused / fused:.2f}x less traffic)")
-print(f"at {bw_gbps:.0f} GB/s ({peak_label}): {1e6 * saving:.0f} us saved per layer, "
-      f"{1e3 * 32 * saving:.1f} ms per forward pass of 32 layers")
+from autograder.timing import not_written
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.barh(["unfused", "fused"], [unfused / 1e9, fused / 1e9], color=["C3", "C2"])
-ax.set_xlabel("GB moved per decoder layer (elementwise + norm ops)")
-ax.set_title("Llama-2-7B, batch 4, seq 2048, bf16")
-plt.show()
+try:
+    unfused, fused, saving = layer_traffic(4, 2048, 4096, 11008, 2, bw_gbps * 1e9)
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print(f"layer_traffic is not written yet ({type(exc).__name__}): write exercise (b) above, then run this cell")
+else:
+    print(f"per layer: unfused {unfused / 1e9:.2f} GB, fused {fused / 1e9:.2f} GB "
+          f"({unfused / fused:.2f}x less traffic)")
+    print(f"at {bw_gbps:.0f} GB/s ({peak_label}): {1e6 * saving:.0f} us saved per layer, "
+          f"{1e3 * 32 * saving:.1f} ms per forward pass of 32 layers")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.barh(["unfused", "fused"], [unfused / 1e9, fused / 1e9], color=["C3", "C2"])
+    ax.set_xlabel("GB moved per decoder layer (elementwise + norm ops)")
+    ax.set_title("Llama-2-7B, batch 4, seq 2048, bf16")
+    plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "kernel-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 6. Your first Triton kernel: bias + SiLU + scale in one pass
