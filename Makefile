@@ -13,6 +13,8 @@ LAB_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(SYSTEM_TORCH)
 KERNEL_NAME := fusion-course
+NBGRADER_INSTRUCTOR_UI := @jupyter/nbgrader:formgrader @jupyter/nbgrader:create-assignment \
+	@jupyter/nbgrader:course-list @jupyter/nbgrader:assignment-list @jupyter/nbgrader:menu
 
 ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
@@ -32,6 +34,9 @@ endif
 	@echo "==> installing pinned packages (about a minute)"
 	$(BIN)/python -m pip install --quiet --progress-bar off -c $(VENV)/constraints.txt -e '.[course,test]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL_NAME) --display-name "Python 3 (fusion course)"
+	# A student's JupyterLab shows nbgrader's Validate button, not the instructor's menus and panels (an
+	# instructor grades from the command line; `jupyter labextension enable` brings them back).
+	$(BIN)/jupyter labextension disable --level=sys_prefix $(NBGRADER_INSTRUCTOR_UI) >/dev/null
 	$(BIN)/python -c "import torch, triton; print('torch', torch.__version__, '| triton', triton.__version__, '| CUDA', torch.cuda.is_available())"
 	touch $@
 

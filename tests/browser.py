@@ -47,7 +47,9 @@ def lab(folder: Path, private: Path, timeout: float = 90):
     port, token = free_port(), secrets.token_hex(16)
     args = f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token}"
     env = build.tool_env()
-    for var, name in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+    # (JUPYTER_DATA_DIR too: saving a notebook signs it in nbsignatures.db there; the course's kernel and lab
+    # extensions are in the environment's own share/jupyter, which stays on the path.)
+    for var, name in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
                       ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
                       ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib")):
         env[var] = str(private / name)

@@ -124,6 +124,11 @@ def test_a_student_runs_notebook_01_and_reads_the_graders_diagnosis(tmp_path):
                              "the notebook to open")
             sessions = browser.wait_for(lambda: browser.api(base, token, "/api/sessions"), 60, "a kernel to start")
             assert [s["kernel"]["name"] for s in sessions] == ["fusion-course"]
+            # A student sees nbgrader's Validate button, not the instructor's menus and panels.
+            menus = [m.text.strip() for m in drv.find_elements(By.CSS_SELECTOR, ".lm-MenuBar-item")]
+            assert "Run" in menus and "Nbgrader" not in menus, menus
+            assert "Create Assignment" not in drv.find_element(By.TAG_NAME, "body").text
+            assert drv.find_elements(By.XPATH, "//*[normalize-space(text())='Validate']"), "no Validate button"
 
             # Top to bottom with Shift+Enter, as a student does: "Run All" stops at the first graded cell of an
             # exercise not written yet; cell by cell, the notebook must go on past it.
