@@ -4,8 +4,9 @@ process uses, and how busy the GPU is while this process waits.
 Two gradings at once on one GPU halve each other's measured bandwidth, and a peak measured while a neighbour
 runs is low too. The performance criterion times the peak in turns with the kernel, which keeps ratios when the
 clocks change; a neighbour whose load comes and goes between turns still skews them. So before timing, the
-grader waits for the GPU to be free, and after it, where the GPU was shared and the peak fell below what this GPU
-reached when profiled, it measures again; when it cannot get a clean measurement it says so instead of grading.
+grader waits for the GPU to be free, and after it, where the GPU was busy with other work (or, where NVML cannot
+tell, the peak fell well below what this GPU reached when profiled), it measures again; when it cannot get a clean
+measurement it says so instead of grading (grade_perf.measure).
 """
 
 from __future__ import annotations

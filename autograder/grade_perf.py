@@ -101,7 +101,7 @@ def time_in_turns(yours, eager, peak_call, in_graph: bool, rounds: int = ROUNDS)
 
 
 def measure(yours, eager, peak: Peak, in_graph: bool):
-    """(Timings, None) from a measurement no neighbour disturbed, or (None, why not) after ATTEMPTS tries.
+    """(Timings, "") from a measurement no neighbour disturbed, or (None, why not) after ATTEMPTS tries.
 
     Before each try the grader waits for the GPU to be free; after it, it looks again (this process idle): a GPU
     busy with someone else's work then, or, where NVML cannot tell, a peak far below the profile's, means the turns
