@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import traceback
 
 import torch
@@ -45,11 +46,13 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
         if problem:
             results.append(CriterionResult(name, FAILED, problem))
             continue
+        started = time.perf_counter()
         with quiet() as noise:
             try:
                 result = graders[name](ex, fn, cfg)
             except Exception as exc:  # a grader bug must still produce a result, not a crash
                 result = CriterionResult(name, FAILED, _grader_failure(exc))
+        result.seconds = round(time.perf_counter() - started, 2)
         if noise:
             result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
         results.append(result)

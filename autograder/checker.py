@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import procs
+from . import procs, runtime
 from .report import FAILED, CriterionResult, Report, format_table
 
 DEFAULT_TIMEOUT = 1800  # seconds: the GPU benchmarks of a notebook included
@@ -51,6 +51,7 @@ def run(path: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT, criteria=None
     with tempfile.TemporaryDirectory() as tmp:
         result_file = Path(tmp) / "result.json"
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+        env.setdefault(runtime.SMALL_DEMOS_ENV, "1")  # the demonstrations' plots are not read here
         cmd = [sys.executable, "-m", "autograder.run_notebook", str(path.resolve()), str(result_file),
                ",".join(criteria or [])]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,

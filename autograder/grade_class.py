@@ -43,7 +43,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from . import procs
+from . import procs, runtime
 from .build import tool_env
 from .class_gradebook import scores as gradebook_scores
 from .class_loop import (  # noqa: F401  (statuses and GradingStopped re-exported)
@@ -150,6 +150,7 @@ def _child_env(work: Path, grading_file: Path) -> dict:
     env = tool_env()
     shutil.copy(grading_file, work / ".grading.toml")
     env[ENV_VAR] = str(work / ".grading.toml")
+    env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
     private = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "IPYTHONDIR": "ipython",
                "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib"}
     for var, name in private.items():

@@ -25,6 +25,7 @@ class CriterionResult:
     status: str  # passed | failed | skipped
     message: str
     figures: dict = dataclasses.field(default_factory=dict)
+    seconds: float | None = None  # how long grading this criterion took (the grader's own bookkeeping)
 
     @property
     def passed(self) -> bool:

@@ -82,11 +82,14 @@ def main(argv: list[str]) -> int:
                 reason += f": the cell that defines it raised {raised[0]['error']}"
             reports.append(_failed_report(ex.id, chosen, reason))
             continue
+        started = time.time()
         try:
             report = real_check(ex.id, fn, criteria=chosen)
         except integrity.TamperingError as exc:
             reports.append(_failed_report(ex.id, chosen, str(exc)))
             continue
+        took = ", ".join(f"{r.name} {r.seconds:.1f}" for r in report.results if r.seconds is not None)
+        print(f"[grade] {ex.id} done in {time.time() - started:.1f} s ({took})", flush=True)
         print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
         reports.append(report.to_dict())
     shutil.rmtree(cells_dir, ignore_errors=True)

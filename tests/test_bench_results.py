@@ -91,5 +91,26 @@ def test_headroom_results_record_device_versions_date_and_every_run(path):
 
     r = json.loads(path.read_text())
     assert r["device"]["name"] and r["date"] and r["torch"] and r["triton"] and r["rounds"] >= 1
-    assert r["rows"] and all(len(row["runs"]) == r["rounds"] for row in r["rows"])
+    naive_rounds = r.get("naive_rounds", r["rounds"])
+    assert r["rows"] and all(len(row["runs"]) == (r["rounds"] if row["role"] == "solution" else naive_rounds)
+                             for row in r["rows"])
     assert path.with_suffix(".md").read_text() == bench_headroom.markdown(r)
+
+
+@pytest.mark.parametrize("path", HEADROOM, ids=lambda p: p.stem)
+def test_headroom_verdicts_follow_the_committed_thresholds(path):
+    """Each run's pass or fail is the criterion's rule applied to the figures it measured and the thresholds in
+    grading.toml: a threshold changed without measuring again shows here. A naive version never passes."""
+    from autograder import config, registry
+    from kernels import bench_headroom
+
+    cfg = config.load()
+    r = json.loads(path.read_text())
+    for row in r["rows"]:
+        ex = registry.get(row["exercise"])
+        threshold = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
+        min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
+        for run in row["runs"]:
+            assert bench_headroom.rescore(run, threshold, min_speedup)["status"] == run["status"], row["what"]
+        if row["role"] == "naive":
+            assert row["summary"]["passed"] == 0, (row["exercise"], row["what"])

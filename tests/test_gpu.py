@@ -80,3 +80,28 @@ def test_notebook_02_references_pass_every_criterion_on_gpu(exercise, module, na
     assert report.passed, str(report)
     assert report["performance"].status == "passed"
     assert "bfloat16" in report["correctness"].figures["dtypes"]
+
+
+def test_benchmark_inputs_are_drawn_on_the_gpu_like_the_cpu_ones():
+    """The performance and memory criteria draw their large inputs with a CUDA generator (seconds saved per
+    check): every input maker must run that way, giving what the CPU way gives in shape, dtype and layout."""
+    from autograder import grade_kernel as gk
+    from autograder import registry
+    from autograder.specs import KernelExercise
+
+    for ex in registry.all_exercises():
+        if not isinstance(ex, KernelExercise) or ex.perf_shape is None:
+            continue
+        small = ex.shapes[-1]  # a small shape in the same layout family: the CPU draw stays quick
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        with torch.device("cuda"):
+            on_gpu = ex.make_inputs(small, ex.perf_dtype, "cuda", gen)  # raises where the fallback would be taken
+        on_cpu = gk._inputs(ex, small, ex.perf_dtype, 1, device="cuda")
+        assert on_gpu.keys() == on_cpu.keys(), ex.id
+        for name, a in on_gpu.items():
+            b = on_cpu[name]
+            if isinstance(b, torch.Tensor):
+                assert a.device.type == "cuda" and (a.shape, a.dtype, a.stride()) == (b.shape, b.dtype, b.stride()), (ex.id, name)
+                assert a.float().std() > 0 or a.numel() <= 1, (ex.id, name)  # random, not zeros
+            else:
+                assert type(a) is type(b), (ex.id, name)

@@ -13,7 +13,7 @@ def recorded(monkeypatch):
         calls.append((fn(), warmup))
         return 1.0
 
-    monkeypatch.setattr(timing, "bench_ms", fake_bench)
+    monkeypatch.setattr(timing, "_do_bench", fake_bench)  # the grader's timer
     return calls
 
 
@@ -47,3 +47,29 @@ def test_bench_interleaved_returns_medians(monkeypatch):
     med = timing.bench_interleaved({"a": lambda: None, "b": lambda: None}, rounds=3, rep=1)
     # Rounds: (a, b), (b, a), (a, b): a gets 3, 5, 4 and b gets 1, 2, 6.
     assert med == {"a": 4.0, "b": 2.0}
+
+
+def test_the_demonstrations_switch_shortens_demo_timing_not_the_graders(monkeypatch):
+    """FUSION_COURSE_SMALL_DEMOS (set by the checker and grade-class) gives the notebooks' own timings a quarter
+    of their warm-up and repetitions; the performance criterion's timer keeps its own."""
+    seen = []
+    monkeypatch.setattr(timing, "_do_bench", lambda fn, warmup=25, rep=100: seen.append((warmup, rep)) or 1.0)
+    monkeypatch.setenv("FUSION_COURSE_SMALL_DEMOS", "1")
+    timing.bench_ms(lambda: None)
+    timing.interleaved_times({"peak": lambda: None, "yours": lambda: None}, rounds=1, rep=40, lead="peak")
+    assert seen == [(6, 25), (25, 40), (25, 40)]
+    monkeypatch.setenv("FUSION_COURSE_SMALL_DEMOS", "0")
+    timing.bench_ms(lambda: None)
+    assert seen[-1] == (25, 100)
+
+
+def test_demo_points_keep_the_ends_of_a_sweep_under_the_switch(monkeypatch):
+    from autograder import runtime
+
+    sweep = [2**k for k in range(12, 29, 2)]
+    monkeypatch.delenv("FUSION_COURSE_SMALL_DEMOS", raising=False)
+    assert runtime.demo_points(sweep) == sweep
+    monkeypatch.setenv("FUSION_COURSE_SMALL_DEMOS", "1")
+    assert runtime.demo_points(sweep) == [2**12, 2**20, 2**28]
+    assert runtime.demo_points(sweep, keep=1) == [2**28]
+    assert runtime.demo_points([1, 2]) == [1, 2]
