@@ -253,3 +253,19 @@ def test_torch_compile_of_the_eager_code_meets_the_bounds(exercise_id, dtype, mo
     failed, worst = _worst(exercise_id, compiled, dtype)
     assert not failed, f"{exercise_id} torch.compile {dtype}: " + "; ".join(failed[:3])
     assert worst <= 1.0, f"{exercise_id} torch.compile {dtype}: error {worst:.2f} times the precision bound"
+
+
+def test_adamw_moments_keep_the_rounding_of_terms_that_nearly_cancel():
+    """m = 0.9 m + 0.1 g with the two terms almost cancelling: a float32 kernel's one rounding of each term is
+    far larger than the small result (a correct kernel once missed at 1.4e-5 relative, a random trial of a
+    one-element tensor). The tolerance scales with the moment before the step as well as after it."""
+    import torch
+
+    from autograder import grade_step
+
+    m_old = torch.tensor([5.0e-5], dtype=torch.float64)
+    expected = torch.tensor([-5.55332e-06], dtype=torch.float64)
+    got = torch.tensor([-5.55324e-06], dtype=torch.float64)
+    assert not bool(grade_step._close(got, expected, 1e-6, 1e-5))  # the old scale: the result alone
+    assert bool(grade_step._close(got, expected, 1e-6, 1e-5, prior=m_old))
+    assert not bool(grade_step._close(-got, expected, 1e-6, 1e-5, prior=m_old))  # a sign error still fails

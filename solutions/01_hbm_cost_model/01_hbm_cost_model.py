@@ -135,7 +135,7 @@ check("01.cost_model", chain_times, criteria=["correctness"]).assert_passed("cor
 # lines use *your* `chain_times` with this GPU's measured copy bandwidth and launch time.
 
 # %% nbgrader={"grade": false, "grade_id": "chain-measure", "locked": true, "schema_version": 3, "solution": false}
-N_OPS = list(range(1, chain.MAX_OPS + 1))
+N_OPS = runtime.demo_points(range(1, chain.MAX_OPS + 1))  # a few of them when the grader runs this
 bw_gbps, _, peak_label = peaks(profile)
 launch_s = launch_seconds(profile)
 size = 2**26 * 4  # bytes: 2**26 fp32 elements = 256 MiB
@@ -201,7 +201,7 @@ if ON_GPU and model:
 # Below: the 8-op chain over sizes from 4 KiB to 256 MiB, measured against your model.
 
 # %% nbgrader={"grade": false, "grade_id": "launch-measure", "locked": true, "schema_version": 3, "solution": false}
-sizes = [2**k for k in range(12, 29, 2)]  # bytes, 4 KiB .. 256 MiB
+sizes = runtime.demo_points([2**k for k in range(12, 29, 2)])  # bytes, 4 KiB .. 256 MiB
 n = chain.MAX_OPS
 eager_ms, fused_ms = [], []
 if ON_GPU:

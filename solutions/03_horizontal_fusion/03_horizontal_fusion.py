@@ -184,7 +184,7 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 
 # %% nbgrader={"grade": false, "grade_id": "qkv-measure", "locked": true, "schema_version": 3, "solution": false}
 K_DIM, N_Q, N_KV = 4096, 4096, 1024
-MS = [1, 4, 16, 64, 256, 1024, 4096, 8192]
+MS = runtime.demo_points([1, 4, 16, 64, 256, 1024, 4096, 8192])  # three of them when the grader runs this
 
 
 def gemm_model_s(m, k, n, e=2):
@@ -384,7 +384,7 @@ if qkv_us.get("your qkv_projection"):
 # against it after exercise 3):
 
 # %% nbgrader={"grade": false, "grade_id": "launch-model", "locked": true, "schema_version": 3, "solution": false}
-TS = [1, 2, 4, 8, 16, 64, 256, 1024]
+TS = runtime.demo_points([1, 2, 4, 8, 16, 64, 256, 1024])
 NUMEL = 16384
 HYPER = (5, 1e-3, 0.9, 0.999, 1e-8, 0.01)  # step, lr, beta1, beta2, eps, weight_decay
 b = 7 * 4 * NUMEL

@@ -324,7 +324,7 @@ sm_model_ms = {"eager (5 kernels)": 8 * x_bytes / (bw_gbps * 1e6),  # ms: bytes 
                "your softmax": 2 * x_bytes / (bw_gbps * 1e6)}
 sm_ms = {}
 SM_ELEMENTS = 2**27  # 256 MiB in bf16, far past any L2
-SM_NS = [1024, 4096, 16384, 65536, 262144]
+SM_NS = runtime.demo_points([1024, 4096, 16384, 65536, 262144])  # three of them when the grader runs this
 sm_gbps = {}  # version -> effective GB/s at each row length
 if ON_GPU:
     x = torch.randn(M_SM, N_SM, device="cuda", dtype=torch.bfloat16)
@@ -543,7 +543,7 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_re
 
 # %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
 ATT_B, ATT_H, ATT_D = (4, 16, 128) if ON_GPU else (1, 2, 64)
-ATT_NS = [512, 1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256, 512]
+ATT_NS = runtime.demo_points([512, 1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256, 512])
 ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 ATT_E = ATT_DTYPE.itemsize
 ATT_TILES = (128, 64) if ATT_DTYPE != torch.float32 else (32, 32)  # (query block, key tile) the causal model counts
@@ -789,7 +789,7 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, persis
 
 # %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
 CE_M, CE_K = (8192, 4096) if ON_GPU else (64, 64)
-CE_VS = [16384, 32768, 65536, 128256] if ON_GPU else [1024, 4096, 16384]
+CE_VS = runtime.demo_points([16384, 32768, 65536, 128256] if ON_GPU else [1024, 4096, 16384])
 CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 CE_BLOCK_V = 256 if CE_DTYPE.itemsize == 2 else 128  # the tile width in V the model counts partials with
 YOURS = "your linear_cross_entropy"
