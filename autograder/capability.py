@@ -60,8 +60,11 @@ def current() -> Capability | None:
         return None
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
-    free, total = torch.cuda.mem_get_info(index)
-    return Capability(props.name, props.major, props.minor, total, free)
+    total = min(props.total_memory, runtime.memory_cap_bytes() or props.total_memory)
+    major, minor = props.major, props.minor
+    if not runtime.tma_allowed() and (major, minor) >= TMA:
+        major, minor = 8, 9  # simulated: what the course does on an Ada card (no TMA)
+    return Capability(props.name, major, minor, total, runtime.free_gpu_bytes())
 
 
 def graded_dtypes(cap: Capability | None) -> list[torch.dtype]:
