@@ -80,7 +80,9 @@ course: $(STAMP)
 handout: $(STAMP)
 	$(BIN)/python -m autograder.handout
 
+# The benchmark's peer column needs Liger-Kernel (the optional `bench` extra), installed pinned here.
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --progress-bar off -c constraints.txt -e '.[bench]'
 	$(BIN)/python -m kernels.bench
 
 device: $(STAMP)

@@ -68,7 +68,10 @@ def main(argv=None) -> int:
     from autograder import checker
 
     if args.command == "device":
+        from autograder import capability
+
         print(autograder.device_profile(refresh=args.refresh).describe())
+        print("\n".join(capability.describe(capability.current())))
         return 0
     if args.command == "list":
         exs = [ex.describe() for ex in autograder.exercises()]

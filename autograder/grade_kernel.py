@@ -34,9 +34,10 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def graded_dtypes() -> list[torch.dtype]:
-    # bf16 arithmetic is wrong in Triton's interpreter, so bf16 is graded on a GPU only.
-    dts = [torch.float32, torch.float16]
-    return dts + [torch.bfloat16] if runtime.has_gpu() else dts
+    # bf16 arithmetic is wrong in Triton's interpreter, and not native below compute capability 8.0.
+    from . import capability
+
+    return capability.graded_dtypes(capability.current())
 
 
 def _seed(base: int, *parts) -> int:
@@ -625,7 +626,9 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     during the call, an upper bound of the peak. Either way a version that materialises the intermediate
     (whose size the message gives) cannot stay under the bound.
     """
-    dtype = ex.perf_dtype if runtime.has_gpu() else torch.float32
+    from . import capability
+
+    dtype = capability.timing_dtype(ex.perf_dtype, capability.current()) if runtime.has_gpu() else torch.float32
     shape = ex.memory_shape if runtime.has_gpu() else ex.memory_shape_cpu or ex.memory_shape
     seed = _seed(cfg.secret_seed, "memory")
     inputs = _gpu_inputs(ex, shape, dtype, seed) if runtime.has_gpu() else _inputs(ex, shape, dtype, seed)

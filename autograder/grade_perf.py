@@ -18,6 +18,7 @@ import threading
 
 import torch
 
+from . import capability
 from . import device as device_mod
 from . import gpu_share
 from . import grade_kernel as gk
@@ -72,7 +73,7 @@ def matmul_peak(prof, dtype_name: str) -> Peak:
 @dataclasses.dataclass
 class Timings:
     yours_ms: float
-    eager_ms: float
+    eager_ms: float | None  # None where the eager version did not fit in memory
     peak_ms: float
     spread: float  # the largest (max - min) / median over the rounds of the three
     note: str = ""
@@ -86,7 +87,7 @@ def time_in_turns(yours, eager, peak_call, in_graph: bool, rounds: int = ROUNDS)
     note = ""
     if in_graph:
         yours_t, why = graph_or_plain(yours)
-        eager_t, eager_why = graph_or_plain(eager) if why is None else (eager, None)
+        eager_t, eager_why = graph_or_plain(eager) if why is None and eager is not None else (eager, None)
         if why or eager_why:
             yours_t, eager_t = yours, eager
             note = (f"\nTimed as plain calls, launch cost included: recording the call in a CUDA graph failed "
@@ -94,11 +95,11 @@ def time_in_turns(yours, eager, peak_call, in_graph: bool, rounds: int = ROUNDS)
         yours, eager = yours_t, eager_t
     # A long matmul probe lowers the clocks for whatever runs next: the probe leads every round, and yours and
     # eager swap places after it (in a fixed order, eager measured 0.95x itself on an H200).
-    times = interleaved_times({"peak": peak_call, "yours": yours, "eager": eager}, rounds=rounds, rep=REP_MS,
-                              lead="peak")
+    fns = {"peak": peak_call, "yours": yours, **({"eager": eager} if eager is not None else {})}
+    times = interleaved_times(fns, rounds=rounds, rep=REP_MS, lead="peak")
     med = {k: statistics.median(v) for k, v in times.items()}
     spread = max((max(v) - min(v)) / med[k] for k, v in times.items())
-    return Timings(med["yours"], med["eager"], med["peak"], spread, note, yours)
+    return Timings(med["yours"], med.get("eager"), med["peak"], spread, note, yours)
 
 
 def measure(yours, eager, peak: Peak, in_graph: bool):
@@ -138,7 +139,12 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
     prof = device_mod.profile()
-    inputs = gk._gpu_inputs(ex, ex.perf_shape, ex.perf_dtype, gk._seed(cfg.secret_seed, "performance"))
+    cap = capability.current()
+    unreachable = capability.performance_unreachable(ex.flops is not None, cap)
+    if unreachable:
+        return CriterionResult("performance", SKIPPED, unreachable, {"unreachable_here": True})
+    dtype = capability.timing_dtype(ex.perf_dtype, cap)  # float16 where bfloat16 is not native
+    inputs = gk._gpu_inputs(ex, ex.perf_shape, dtype, gk._seed(cfg.secret_seed, "performance"))
     args = tuple(inputs.values())
     threads = set(threading.enumerate())
     try:
@@ -153,7 +159,7 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
     # own reductions drift by more than that at this size.
     expected = gk._as_tuple(ex.reference(**inputs))
-    form = gk.output_problem(ex, out, expected, inputs, ex.perf_dtype)
+    form = gk.output_problem(ex, out, expected, inputs, dtype)
     if form:
         return CriterionResult("performance", FAILED, f"{form} (at the benchmark size {ex.perf_shape}): not timed")
     outs = gk._as_outputs(out, len(expected))
@@ -161,14 +167,15 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {ex.perf_shape}: not timed")
     del out
 
-    dt = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(ex.perf_dtype, "bf16")
+    eager, eager_note = _eager_if_it_fits(ex, args)
+    dt = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "bf16")
     if ex.perf_baseline is not None:
         peak = Peak("baseline", lambda: ex.perf_baseline(*args), 0, None, "")
     elif ex.flops is not None:
         peak = matmul_peak(prof, dt)
     else:
         peak = copy_peak(prof)
-    t, why = measure(lambda: fn(*args), lambda: ex.eager(*args), peak, ex.time_in_cuda_graph)
+    t, why = measure(lambda: fn(*args), eager, peak, ex.time_in_cuda_graph)
     peak.call = None  # the probe's buffers (2 GiB for the copy) go back before the checks below
     if t is None:
         return shared_gpu(cfg, why)
@@ -177,17 +184,17 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     # A loop with the whole device synchronized cannot be escaped; when it is far slower, it is the time.
     # The same call as timed: a graph's replay where yours was recorded (plain calls would add the launches).
     synced = synced_ms(t.yours_call)
-    side_note = t.note
+    side_note = t.note + eager_note
     if synced > 2 * ms + 0.02:
         side_note += (f"\nThe timed turns gave {ms:.3f} ms a call, but with the whole GPU synchronized a call takes "
                       f"{synced:.3f} ms: part of the work escapes the events (a side CUDA stream, work finishing "
                       "after the function returns, or less work while timed?). Graded on the synchronized time.")
         ms = synced
-    cached = _cached_at_benchmark_size(ex, fn, inputs, outs, expected)
+    cached = _cached_at_benchmark_size(ex, fn, inputs, outs, expected, dtype)
     del expected
     if cached:
         return CriterionResult("performance", FAILED, cached + ": the timing means nothing")
-    speedup = t.eager_ms / ms
+    speedup = t.eager_ms / ms if t.eager_ms is not None else None
     min_frac = cfg.perf_setting(ex.id, "min_fraction_of_peak", ex.default_min_fraction)
     min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
     figures = {"time_ms": ms, "eager_ms": t.eager_ms, "speedup_over_eager": speedup, "peak_ms": t.peak_ms,
@@ -215,13 +222,17 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
         what += (f" ({now:.0f} {peak.unit}, measured in turns with your kernel"
                  f"{f'; {peak.profile:.0f} when the profile was taken' if peak.profile else ''})")
     figures["threshold"] = min_frac
+    if speedup is None:
+        against = f"{ms:.3f} ms; unfused eager PyTorch not timed (it does not fit in memory here)"
+    else:
+        against = (f"{ms:.3f} ms against {t.eager_ms:.3f} ms for unfused eager PyTorch ({speedup:.2f}x)"
+                   f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}")
     msg = (
-        f"{what}; needs {min_frac:.2f}. {ms:.3f} ms against {t.eager_ms:.3f} ms for unfused eager PyTorch "
-        f"({speedup:.2f}x){'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}. "
-        f"Shape {ex.perf_shape}, {gk._dtype_name(ex.perf_dtype)}, {prof.name}, medians of {ROUNDS} rounds"
+        f"{what}; needs {min_frac:.2f}. {against}. "
+        f"Shape {ex.perf_shape}, {gk._dtype_name(dtype)}, {prof.name}, medians of {ROUNDS} rounds"
         f"{', in CUDA graphs' if ex.time_in_cuda_graph and not t.note else ''}.{side_note}"
     )
-    if frac >= min_frac and speedup > min_speedup:
+    if frac >= min_frac and (speedup is None or speedup > min_speedup):
         return CriterionResult("performance", PASSED, msg, figures)
     if ex.flops is None and ex.perf_baseline is None and frac < min_frac:
         passes = 1 / frac if frac > 0 else math.inf
@@ -233,7 +244,23 @@ def performance(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     return CriterionResult("performance", FAILED, msg, figures)
 
 
-def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple, before: tuple) -> str | None:
+def _eager_if_it_fits(ex: KernelExercise, args: tuple):
+    """(the eager call, "") or, where the unfused version runs out of GPU memory (naive attention's scores on a
+    16 GB card), (None, a note): its speed-up is then neither measured nor required, and nothing blames the
+    student's kernel for the grader's own yardstick."""
+    try:
+        ex.eager(*args)
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info()[0] / 2**30
+        return None, (f"\nThe unfused eager version does not fit in this GPU's memory ({free:.1f} GiB free): the "
+                      "speed-up over it was not measured and is not required here.")
+    return (lambda: ex.eager(*args)), ""
+
+
+def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple, before: tuple,
+                              dtype) -> str | None:
     """After timing: a repeated call must return a new tensor, and the result must follow a change of a few input
     elements in place: where the float64 reference moved by more than the tolerance, the output must have
     changed too. Otherwise the timed calls returned a stored result instead of computing it. (Compared with
@@ -259,7 +286,7 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple,
     except Exception as exc:
         return gk._student_error(exc, ex.function)
     after = gk._as_tuple(ex.reference(**inputs))
-    atol, rtol = ex.tolerance[ex.perf_dtype]
+    atol, rtol = ex.tolerance[dtype]
     moved = followed = 0
     if now is not None:
         for o_now, o_then, r_after, r_before in zip(now, outs, after, before):

@@ -15,6 +15,10 @@ _announced = False
 # the demonstrations' plots there, so their sweeps take fewer points and their timings shorter runs. The exercises
 # are graded the same way with or without it.
 SMALL_DEMOS_ENV = "FUSION_COURSE_SMALL_DEMOS"
+# A smaller GPU, simulated on a larger one (tests/test_small_gpu.py): PyTorch's allocator is capped at this many
+# GiB, and with NO_TMA the Hopper-only paths are switched off, as on an Ampere or Ada card.
+MEMORY_GB_ENV = "FUSION_COURSE_MEMORY_GB"
+NO_TMA_ENV = "FUSION_COURSE_NO_TMA"
 
 
 def _cuda_available() -> bool:
@@ -36,6 +40,8 @@ def configure() -> bool:
             return False
         os.environ["TRITON_INTERPRET"] = "1"
     on_gpu = not interpreted()
+    if on_gpu and os.environ.get(MEMORY_GB_ENV):
+        _cap_memory(os.environ[MEMORY_GB_ENV])
     if not on_gpu and not _announced:
         _announced = True
         # In a notebook: stdout, since nbgrader scores any stderr output in a graded cell as a failure.
@@ -79,3 +85,45 @@ def demo_points(values, keep: int = 3) -> list:
         return values[-1:]
     step = (len(values) - 1) / (keep - 1)
     return [values[round(i * step)] for i in range(keep)]
+
+
+def _cap_memory(value: str) -> None:
+    import torch
+
+    try:
+        gib = float(value)
+    except ValueError:
+        raise ValueError(f"{MEMORY_GB_ENV}={value!r}: expected a number of GiB, such as 16") from None
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if gib <= 0:
+        raise ValueError(f"{MEMORY_GB_ENV}={value!r}: expected a positive number of GiB")
+    torch.cuda.set_per_process_memory_fraction(min(1.0, gib * 2**30 / total))
+
+
+def memory_cap_bytes() -> int | None:
+    """The simulated card's memory (FUSION_COURSE_MEMORY_GB), or None."""
+    value = os.environ.get(MEMORY_GB_ENV)
+    return int(float(value) * 2**30) if value else None
+
+
+def tma_allowed() -> bool:
+    """False where FUSION_COURSE_NO_TMA=1 simulates a GPU without Hopper's copy engine."""
+    return os.environ.get(NO_TMA_ENV, "") in ("", "0")
+
+
+def free_gpu_bytes() -> int:
+    """Bytes a new allocation can still get: the GPU's free memory plus what PyTorch holds in its cache, within
+    the simulated cap where one is set; 0 without a GPU."""
+    if not has_gpu():
+        return 0
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    cap = memory_cap_bytes()
+    return min(free, cap - torch.cuda.memory_allocated()) if cap else free
+
+
+def fits(n_bytes: float, share: float = 0.8) -> bool:
+    """True when n_bytes more fit in `share` of what is free (always, in the interpreter: host memory)."""
+    return not has_gpu() or n_bytes <= share * free_gpu_bytes()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import kernels  # noqa: F401  (device set-up)
 from autograder import runtime
-from kernels import bench_gemm, bench_streaming
+from kernels import bench_gemm, bench_peers, bench_streaming
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it must be no slower than)
@@ -347,6 +347,8 @@ def markdown(result: dict) -> str:
         lines += bench_gemm.markdown(result["epilogue_rows"])
     if result.get("streaming_rows"):
         lines += bench_streaming.markdown(result["streaming_rows"])
+    if result.get("peer_rows"):
+        lines += bench_peers.markdown(result["peer_rows"])
     return "\n".join(lines) + "\n"
 
 
@@ -441,6 +443,7 @@ def main(argv=None) -> int:
         "gemm_rows": _gemm_rows(prof, progress),
         "epilogue_rows": bench_gemm.rows(prof, progress),
         "streaming_rows": bench_streaming.rows(prof, progress),
+        "peer_rows": bench_peers.rows(prof, progress),
         "goals": {},
     }
     for r in rows:

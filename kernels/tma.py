@@ -24,7 +24,7 @@ def tma_ready(t: torch.Tensor) -> bool:
 
 def hopper_or_newer(device: torch.device) -> bool:
     """A GPU with the copy engine and warpgroup matrix instructions (compute capability 9.0 or later)."""
-    return (runtime.has_gpu() and torch.device(device).type == "cuda"
+    return (runtime.has_gpu() and runtime.tma_allowed() and torch.device(device).type == "cuda"
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 

@@ -25,7 +25,7 @@ def test_environment_yml_lists_exactly_the_pins(root):
     pip_lines = re.findall(r"^\s+- ([A-Za-z0-9_.\-]+)==([^\s]+)\s*$", text, re.M)
     assert pip_lines, "environment.yml has no pinned pip packages"
     assert {n.lower(): v for n, v in pip_lines} == _pins(root)
-    assert "-e .[course,test]" in text, "environment.yml must install the project itself"
+    assert "-e .[course,test,bench]" in text, "environment.yml must install the project itself"
     py = re.search(r"^\s+- python=(\d+\.\d+)", text, re.M)
     requires = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
     assert py and requires == ">=3.11" and tuple(map(int, py.group(1).split("."))) >= (3, 11)

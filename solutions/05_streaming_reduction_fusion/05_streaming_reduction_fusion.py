@@ -575,7 +575,7 @@ att_ms = {}  # "version" or "version, causal" -> ms at each N (NaN where not run
 not_yet = set()  # versions whose exercise is not written
 for n in tqdm(ATT_NS, desc="attention over sequence lengths"):
     q, k, v = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(3))
-    naive_fits = not ON_GPU or NAIVE_BYTES_PER_SCORE * n_scores(n) < 0.9 * torch.cuda.mem_get_info()[0]
+    naive_fits = runtime.fits(NAIVE_BYTES_PER_SCORE * n_scores(n), share=0.9)
     runnable = {name: f for name, f in ATT_VERSIONS.items()
                 if (naive_fits or not name.startswith("naive")) and name not in not_yet}
     for name in ATT_VERSIONS:
@@ -791,6 +791,12 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, persis
 CE_M, CE_K = (8192, 4096) if ON_GPU else (64, 64)
 CE_VS = runtime.demo_points([16384, 32768, 65536, 128256] if ON_GPU else [1024, 4096, 16384])
 CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+EAGER_BYTES_PER_LOGIT = 8  # eager's peak beyond its inputs: 7.8 GiB at M = 8192, V = 128256 (bf16, measured)
+fitting = [v for v in CE_VS if runtime.fits(EAGER_BYTES_PER_LOGIT * CE_M * v + 2 * v * CE_K)] or CE_VS[:1]
+if fitting != CE_VS:
+    print(f"V = {', '.join(str(v) for v in CE_VS if v not in fitting)} left out: eager PyTorch's logits would not "
+          f"fit in this GPU's free memory ({runtime.free_gpu_bytes() / 2**30:.1f} GiB)")
+CE_VS = fitting
 CE_BLOCK_V = 256 if CE_DTYPE.itemsize == 2 else 128  # the tile width in V the model counts partials with
 YOURS = "your linear_cross_entropy"
 

@@ -1,0 +1,49 @@
+"""The peer comparison's bookkeeping (no GPU needed): the best peer, the course against it, and every column that
+could not be measured named with its reason."""
+
+import builtins
+
+from kernels import bench_peers
+
+
+def test_the_best_peer_is_the_fastest_version_that_is_not_the_course():
+    times = {"course": 1.0, "torch.compile": 1.2, "Liger-Kernel": 1.1, "F.rms_norm": 2.0}
+    assert bench_peers.best_peer(times) == ("Liger-Kernel", 1.1)
+    r = bench_peers.row("rmsnorm", "32768x4096 bf16", times, {}, unit_work=2 * 32768 * 4096 * 2)
+    assert r["best_peer"] == "Liger-Kernel" and r["vs_best_peer"] == 1.1
+    assert r["rate"]["course"] > r["rate"]["Liger-Kernel"] > r["rate"]["F.rms_norm"]
+    assert bench_peers.best_peer({"course": 1.0}) is None
+
+
+def test_a_missing_course_kernel_or_peer_is_named_in_the_table():
+    r = bench_peers.row("linear_cross_entropy forward + backward", "8192x4096 -> 128256 bf16",
+                        {"eager": 56.0, "torch.compile": 42.0},
+                        {"course": "not built yet (notebook 07)", "Liger-Kernel": "Liger-Kernel is not installed"},
+                        6 * 8192 * 4096 * 128256, "TFLOP/s", {"eager": 11.7, "torch.compile": 3.0})
+    assert r["vs_best_peer"] is None and r["best_peer"] == "torch.compile"
+    [line] = [l for l in bench_peers.markdown([r]) if l.startswith("| linear_cross_entropy")]
+    assert "course: not built yet (notebook 07)" in line and "Liger-Kernel: Liger-Kernel is not installed" in line
+    assert "torch.compile" in line and "(+3.00 GiB)" in line
+
+
+def test_without_liger_the_reason_says_how_to_install_it(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_liger(name, *args, **kwargs):
+        if name.startswith("liger_kernel"):
+            raise ModuleNotFoundError("No module named 'liger_kernel'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_liger)
+    module, why = bench_peers.liger()
+    assert module is None and "not installed" in why and ".[bench]" in why
+
+
+def test_the_benchmark_includes_the_peer_section_when_it_has_rows():
+    from kernels import bench
+
+    r = bench_peers.row("softmax", "32768x4096 bf16", {"course": 0.14, "torch.softmax": 0.42}, {}, 2 * 2**28)
+    text = bench.markdown({"device": {"name": "GPU", "driver": "x", "torch_version": "t", "triton_version": "y",
+                                      "copy_gbps": 4000.0, "matmul_tflops": {"bf16": 700.0}},
+                           "date": "2026-11-23", "rows": [], "peer_rows": [r]})
+    assert "vs best peer" in text and "| softmax |" in text and "3.00x" in text

@@ -1,0 +1,90 @@
+"""What the course does on each GPU generation, decided from the compute capability alone (no GPU needed):
+the dtypes graded and timed, whether Triton's matrix products reach tensor cores, whether the TMA paths run."""
+
+import pytest
+import torch
+
+from autograder import capability, grade_perf
+from autograder.capability import Capability
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+GIB = 2**30
+
+
+def gpu(major, minor, total_gib=16, free_gib=15, name="a GPU"):
+    return Capability(name, major, minor, total_gib * GIB, free_gib * GIB)
+
+
+# (compute capability, an example, graded dtypes, bf16 timed as, tensor-core tl.dot, TMA)
+GENERATIONS = [
+    ((7, 5), "Tesla T4 (Turing)", [F32, F16], F16, False, False),
+    ((8, 0), "A100 (Ampere)", [F32, F16, BF16], BF16, True, False),
+    ((8, 6), "RTX 3090 (Ampere)", [F32, F16, BF16], BF16, True, False),
+    ((8, 9), "L4 (Ada)", [F32, F16, BF16], BF16, True, False),
+    ((9, 0), "H100 (Hopper)", [F32, F16, BF16], BF16, True, True),
+    ((10, 0), "B200 (Blackwell)", [F32, F16, BF16], BF16, True, True),
+    ((12, 0), "RTX 5090 (Blackwell)", [F32, F16, BF16], BF16, True, True),
+]
+
+
+@pytest.mark.parametrize("cc, example, dtypes, bf16_as, dot, tma", GENERATIONS, ids=[g[1] for g in GENERATIONS])
+def test_each_generation_gets_the_dtypes_and_paths_it_supports(cc, example, dtypes, bf16_as, dot, tma):
+    cap = gpu(*cc, name=example)
+    assert cap.supported
+    assert capability.graded_dtypes(cap) == dtypes
+    assert capability.timing_dtype(BF16, cap) == bf16_as
+    assert capability.timing_dtype(F32, cap) == F32 and capability.timing_dtype(F16, cap) == F16
+    assert cap.tensor_core_dot is dot and cap.tma is tma
+    unreachable = capability.performance_unreachable(uses_dot=True, cap=cap)
+    assert (unreachable is None) is dot
+    assert capability.performance_unreachable(uses_dot=False, cap=cap) is None  # bandwidth-bound: graded anywhere
+
+
+def test_the_interpreter_grades_float32_and_float16():
+    assert capability.graded_dtypes(None) == [F32, F16]
+    assert capability.timing_dtype(BF16, None) == BF16
+    assert capability.performance_unreachable(True, None) is None
+
+
+def test_older_than_turing_is_named_unsupported():
+    assert not gpu(7, 0).supported and "not supported" in capability.describe(gpu(7, 0))[0]
+
+
+def test_the_reason_a_gemm_is_not_timed_on_turing_names_the_card_and_the_cause():
+    why = capability.performance_unreachable(True, gpu(7, 5, name="Tesla T4"))
+    assert "Tesla T4" in why and "7.5" in why and "FMA" in why and "Correctness" in why
+
+
+def test_device_lines_say_what_changes_on_a_small_turing_card():
+    text = "\n".join(capability.describe(gpu(7, 5, total_gib=15, free_gib=14.5)))
+    assert "15.0 GiB, 14.5 GiB free" in text
+    assert "float32, float16 (bfloat16 is not native here)" in text
+    assert "float16 (for bfloat16)" in text and "FMA" in text and "portable" in text
+    hopper = "\n".join(capability.describe(gpu(9, 0, 80, 79)))
+    assert "bfloat16" in hopper and "TMA" in hopper and "tensor cores" in hopper
+    assert "interpreter" in capability.describe(None)[0]
+
+
+def test_an_eager_version_that_does_not_fit_is_not_held_against_the_student(monkeypatch):
+    """Naive attention's scores need 8 GiB at the benchmark shape: on a 16 GB card eager runs out of memory. The
+    speed-up over it is then not measured (and not required), with a note that says why."""
+
+    class Ex:
+        @staticmethod
+        def eager(*args):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (6 * GIB, 16 * GIB))
+    call, note = grade_perf._eager_if_it_fits(Ex, ())
+    assert call is None
+    assert "does not fit" in note and "6.0 GiB free" in note and "not required" in note
+
+    class Fits:
+        @staticmethod
+        def eager(*args):
+            return sum(args)
+
+    call, note = grade_perf._eager_if_it_fits(Fits, (1, 2))
+    assert call() == 3 and note == ""
