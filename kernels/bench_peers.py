@@ -96,8 +96,7 @@ def norm_rows(progress) -> list[dict]:
     no_liger = {"Liger-Kernel": why} if lf is None else {}
 
     def compiled(fn):
-        c = torch.compile(fn, dynamic=False)
-        return c
+        return torch.compile(fn, dynamic=False)
 
     rms_c, add_c, ln_c, sm_c = (compiled(f) for f in (rms_ops.rmsnorm_eager, add_ops.add_rmsnorm_eager,
                                                        ln_ops.layernorm_eager, sm_ops.softmax_eager))
