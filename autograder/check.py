@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import time
 import traceback
 
 import torch
 
 from . import config as config_mod
-from . import integrity, registry
+from . import integrity, registry, warmup
 from . import fingerprint, grade_kernel, grade_numeric, grade_step
 from .report import FAILED, CriterionResult, Report
 from .sandbox import TritonLaunches, quiet
@@ -40,6 +42,9 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     else:
         graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)
+    if not problem:
+        with quiet(), contextlib.redirect_stdout(io.StringIO()):  # the graded calls print it again
+            warmup.compile_ahead(ex, fn, chosen)
     TritonLaunches.ran.clear()
     results = []
     for name in chosen:

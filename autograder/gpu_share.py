@@ -7,18 +7,27 @@ clocks change; a neighbour whose load comes and goes between turns still skews t
 grader waits for the GPU to be free, and after it, where the GPU was busy with other work (or, where NVML cannot
 tell, the peak fell well below what this GPU reached when profiled), it measures again; when it cannot get a clean
 measurement it says so instead of grading (grade_perf.measure).
+
+Two course gradings on one machine never time at once: the performance criterion holds a lock per GPU
+(timing_lock), so a second one waits its turn. Anything else that computes on the GPU while the kernel is timed
+is caught from NVML's per-process samples over the timed window (a device-wide reading taken after the turns
+misses a neighbour that paused when this process did).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import tempfile
 import time
+from pathlib import Path
 
 BUSY_UTILIZATION = 10  # percent of the last sample period with a kernel running, this process idle
 WAIT_S = 20.0  # how long to wait for a shared GPU to come free, per attempt
 POLL_S = 0.5
 SETTLE_S = 0.5  # idle before reading: NVML's utilization sample (1/6 to 1 s) then mostly covers others' work
+LOCK_WAIT_S = 300.0  # how long a performance check waits for another grading's to finish on the same GPU
 
 
 @dataclasses.dataclass
@@ -28,11 +37,12 @@ class Sharing:
     readable: bool
     others: list[str] = dataclasses.field(default_factory=list)  # "pid 1234 (2.1 GiB)"
     utilization: int | None = None  # percent, sampled while this process was idle
+    active: list[str] = dataclasses.field(default_factory=list)  # others that computed in the window asked about
 
     @property
     def shared(self) -> bool:
         # Busy, not merely occupied: an idle Jupyter kernel holding a CUDA context disturbs no timing.
-        return self.utilization is not None and self.utilization > BUSY_UTILIZATION
+        return bool(self.active) or (self.utilization is not None and self.utilization > BUSY_UTILIZATION)
 
     def describe(self) -> str:
         if not self.readable:
@@ -40,6 +50,8 @@ class Sharing:
         parts = []
         if self.others:
             parts.append(f"{len(self.others)} other process(es) on this GPU: {', '.join(self.others[:4])}")
+        if self.active:
+            parts.append(f"computing while your kernel was timed: {', '.join(self.active[:4])}")
         if self.utilization is not None and self.utilization > BUSY_UTILIZATION:
             parts.append(f"the GPU {self.utilization}% busy while the grader waited")
         return "; ".join(parts) or "no other process, idle"
@@ -70,8 +82,29 @@ def _ours() -> set[int]:
     return pids
 
 
-def read(nvml=None) -> Sharing:
-    """The GPU's other users now. nvml: the pynvml module (tests pass a stand-in)."""
+def now_us() -> int:
+    """NVML's clock for its samples: microseconds since the epoch."""
+    return int(time.time() * 1e6)
+
+
+def _active_since(pynvml, handle, since_us: int, ours: set[int]) -> list[str]:
+    """Other processes with a kernel or memory traffic in a sample taken since since_us. Empty where NVML keeps no
+    per-process samples, or numbers processes as another pid namespace does (none of the samples is ours, although
+    this process just computed)."""
+    try:
+        samples = [s for s in pynvml.nvmlDeviceGetProcessUtilization(handle, since_us) if s.timeStamp >= since_us]
+    except Exception:  # noqa: BLE001  NVML_ERROR_NOT_FOUND (no sample yet) or not supported
+        return []
+    pids = {s.pid for s in samples}
+    if not pids & ours:
+        return []
+    busy = sorted({s.pid for s in samples if s.pid not in ours and (s.smUtil or s.memUtil)})
+    return [f"pid {pid}" for pid in busy]
+
+
+def read(nvml=None, since_us: int | None = None) -> Sharing:
+    """The GPU's other users now; with since_us, also the ones that computed since then. nvml: the pynvml module
+    (tests pass a stand-in)."""
     try:
         pynvml = nvml
         if pynvml is None:
@@ -93,7 +126,8 @@ def read(nvml=None) -> Sharing:
                     used = getattr(p, "usedGpuMemory", None)
                     others.append(f"pid {p.pid}" + (f" ({used / 2**30:.1f} GiB)" if isinstance(used, int) else ""))
         utilization = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        return Sharing(True, others, utilization)
+        active = _active_since(pynvml, handle, since_us, ours) if since_us is not None else []
+        return Sharing(True, others, utilization, active)
     except Exception:  # noqa: BLE001  a query this driver does not answer
         return Sharing(readable=False)
     finally:
@@ -103,9 +137,10 @@ def read(nvml=None) -> Sharing:
             pass
 
 
-def wait_until_free(wait_s: float = WAIT_S, reader=read, sleep=time.sleep) -> Sharing:
+def wait_until_free(wait_s: float = WAIT_S, reader=None, sleep=time.sleep, since_us: int | None = None) -> Sharing:
     """Sharing once the GPU is free, or as it still is after wait_s. Starts after a pause, so that the utilization
-    sampled no longer counts this process's own last kernels."""
+    sampled no longer counts this process's own last kernels. since_us: also ask who computed since then."""
+    reader = reader or (lambda: read(since_us=since_us))
     sleep(SETTLE_S)
     deadline = time.monotonic() + wait_s
     state = reader()
@@ -113,3 +148,42 @@ def wait_until_free(wait_s: float = WAIT_S, reader=read, sleep=time.sleep) -> Sh
         sleep(POLL_S)
         state = reader()
     return state
+
+
+def _lock_path() -> Path:
+    """One lock file per GPU of this machine (by UUID: CUDA_VISIBLE_DEVICES renumbers devices per process)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    key = str(getattr(props, "uuid", "") or f"{props.pci_domain_id}-{props.pci_bus_id}-{props.pci_device_id}")
+    return Path(tempfile.gettempdir()) / f"fusion-course-timing-{key.replace('/', '-')}.lock"
+
+
+@contextlib.contextmanager
+def timing_lock(wait_s: float = LOCK_WAIT_S, path: Path | None = None, sleep=time.sleep):
+    """Held by one course grading at a time per GPU while it measures performance; yields True once held, or
+    False when another grading kept it for wait_s. Where file locks do not exist (Windows), yields True."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    path = path or _lock_path()
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # read-only: another user's lock file still locks
+    held = False
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                sleep(POLL_S)
+        yield held
+    finally:
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

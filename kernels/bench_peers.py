@@ -73,8 +73,9 @@ def _timed(calls: dict, progress, what: str) -> tuple[dict, dict]:
     return bench_interleaved(runnable, rounds=ROUNDS, rep=60), missing
 
 
-def norm_rows(progress) -> list[dict]:
-    """RMSNorm forward and backward, add + RMSNorm, LayerNorm and softmax at 32768 x 4096 bf16."""
+def norm_rows(progress, M: int = 32768, H: int = 4096) -> list[dict]:
+    """RMSNorm forward and backward, add + RMSNorm, LayerNorm and softmax at M x H bf16 (32768 x 4096: 256 MiB
+    a tensor, far past L2)."""
     import torch
     import torch.nn.functional as F
 
@@ -86,7 +87,7 @@ def norm_rows(progress) -> list[dict]:
     from kernels import add_rmsnorm, layernorm, rmsnorm, rmsnorm_backward, softmax
 
     lf, why = liger()
-    M, H, eps = 32768, 4096, 1e-6
+    eps = 1e-6
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
     r = torch.randn_like(x)
     dy = torch.randn_like(x)
@@ -143,9 +144,9 @@ def norm_rows(progress) -> list[dict]:
     return rows
 
 
-def linear_cross_entropy_rows(progress) -> list[dict]:
-    """Linear + cross-entropy, 8192 x 4096 -> 128256 bf16: forward alone and forward + backward, time and the
-    memory allocated beyond the inputs."""
+def linear_cross_entropy_rows(progress, M: int = 8192, K: int = 4096, V: int = 128256) -> list[dict]:
+    """Linear + cross-entropy, M x K -> V bf16 (Llama 3's vocabulary by default): forward alone and forward +
+    backward, time and the memory allocated beyond the inputs."""
     import torch
 
     from autograder.ops import linear_cross_entropy as ce_ops
@@ -153,7 +154,6 @@ def linear_cross_entropy_rows(progress) -> list[dict]:
     from kernels import linear_cross_entropy
 
     lf, why = liger()
-    M, K, V = 8192, 4096, 128256
     h = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     w = (torch.randn(V, K, device="cuda") / K**0.5).to(torch.bfloat16)
     t = torch.randint(0, V, (M,), device="cuda")
@@ -175,7 +175,7 @@ def linear_cross_entropy_rows(progress) -> list[dict]:
     def both(loss_fn):
         def step():
             hg.grad = wg.grad = None
-            loss_fn(hg, wg, t).backward()
+            loss_fn(hg, wg, t).float().mean().backward()  # the course's eager returns per-row losses, Liger the mean
         return step
 
     train = {"eager": both(ce_ops.linear_cross_entropy_eager), "torch.compile": both(compiled)}
@@ -234,8 +234,14 @@ def attention_rows(progress, shapes=ATTENTION_SHAPES, dtypes=("bf16", "fp16")) -
     return rows
 
 
-def rows(prof, progress) -> list[dict]:
-    return norm_rows(progress) + linear_cross_entropy_rows(progress) + attention_rows(progress)
+SMALL = {"norm": {"M": 256, "H": 512}, "ce": {"M": 256, "K": 128, "V": 1000},
+         "attention": {"shapes": ((1, 2, 256, 64),), "dtypes": ("bf16",)}}  # every column, in seconds (tests)
+
+
+def rows(prof, progress, small: bool = False) -> list[dict]:
+    size = SMALL if small else {"norm": {}, "ce": {}, "attention": {}}
+    return (norm_rows(progress, **size["norm"]) + linear_cross_entropy_rows(progress, **size["ce"])
+            + attention_rows(progress, **size["attention"]))
 
 
 def markdown(peer_rows: list[dict]) -> list[str]:

@@ -3,6 +3,8 @@ could not be measured named with its reason."""
 
 import builtins
 
+import pytest
+
 from kernels import bench_peers
 
 
@@ -47,3 +49,45 @@ def test_the_benchmark_includes_the_peer_section_when_it_has_rows():
                                       "copy_gbps": 4000.0, "matmul_tflops": {"bf16": 700.0}},
                            "date": "2026-11-23", "rows": [], "peer_rows": [r]})
     assert "vs best peer" in text and "| softmax |" in text and "3.00x" in text
+
+
+def _small_rows(monkeypatch, with_liger: bool) -> list[dict]:
+    from autograder import device
+
+    if not with_liger:
+        monkeypatch.setattr(bench_peers, "liger", lambda: (None, "Liger-Kernel is not installed (pip install -e '.[bench]')"))
+    return bench_peers.rows(device.profile(), lambda m: None, small=True)
+
+
+def _check(rows: list[dict], with_liger: bool):
+    ops = {r["op"] for r in rows}
+    assert ops == {"rmsnorm", "add_rmsnorm", "layernorm", "softmax", "rmsnorm_backward",
+                   "linear_cross_entropy forward", "linear_cross_entropy forward + backward",
+                   "flash_attention forward"}
+    for r in rows:
+        assert all(ms > 0 for ms in r["ms"].values()), r
+        # Only what may be absent is: Liger when not installed, the course's kernel not built yet, an SDPA
+        # backend this device lacks. A peer that fails to run is a bug of the benchmark.
+        may_miss = ({"Liger-Kernel"} if not with_liger else set()) | (
+            {"course"} if r["op"] == "linear_cross_entropy forward + backward" else set()) | {
+            k for k in r["missing"] if k.startswith("SDPA ") and k != "SDPA default"}
+        assert set(r["missing"]) <= may_miss, r["missing"]
+        measured_or_named = set(r["ms"]) | set(r["missing"])
+        if r["op"] != "flash_attention forward":
+            assert ("Liger-Kernel" in r["ms"]) == with_liger, r
+            assert "Liger-Kernel" in measured_or_named, r  # measured, or named with its reason
+        else:  # every SDPA backend is a column or a named gap
+            assert {"SDPA default", "SDPA cudnn", "SDPA flash", "SDPA efficient"} <= measured_or_named, r
+    text = "\n".join(bench_peers.markdown(rows))
+    assert ("Liger-Kernel is not installed" in text) != with_liger
+
+
+@pytest.mark.gpu
+def test_every_peer_column_runs_at_small_sizes_with_liger(monkeypatch):
+    pytest.importorskip("liger_kernel", reason="Liger-Kernel is the optional bench extra")
+    _check(_small_rows(monkeypatch, True), True)
+
+
+@pytest.mark.gpu
+def test_every_peer_column_runs_at_small_sizes_without_liger(monkeypatch):
+    _check(_small_rows(monkeypatch, False), False)

@@ -88,3 +88,32 @@ def test_an_eager_version_that_does_not_fit_is_not_held_against_the_student(monk
 
     call, note = grade_perf._eager_if_it_fits(Fits, (1, 2))
     assert call() == 3 and note == ""
+
+
+def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_so(monkeypatch):
+    """The float64 reference of attention at the benchmark shape needs 8 GiB for its scores: on a 16 GB card the
+    grader's own yardstick must not run out of memory in the student's name. Its shapes still come from the meta
+    device, so a wrong output shape is still caught at the benchmark size."""
+    from autograder import registry
+
+    import dataclasses
+
+    real = registry.get("05.flash_attention").reference
+
+    def big(**inputs):
+        if any(isinstance(v, torch.Tensor) and v.device.type != "meta" for v in inputs.values()):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return real(**inputs)
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    ex = dataclasses.replace(registry.get("05.flash_attention"), reference=big)
+    q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.float16) for _ in range(3))
+    shapes, note = grade_perf._reference_at_size(ex, {"q": q, "k": k, "v": v, "causal": True})
+    assert [tuple(s.shape) for s in shapes] == [(1, 2, 16, 8), (1, 2, 16)]  # the output and its log-sum-exp
+    assert all(s.device.type == "meta" for s in shapes)
+    assert "does not fit" in note and "correctness shapes" in note
+    from autograder import grade_kernel as gk
+
+    lse = torch.zeros(1, 2, 16, dtype=torch.float32)
+    assert "output has shape (1, 2, 8, 8), expected (1, 2, 16, 8)" in gk.output_problem(
+        ex, (q[:, :, :8], lse), shapes, {"q": q}, torch.float16)

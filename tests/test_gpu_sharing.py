@@ -19,8 +19,8 @@ class _Proc:
 class _Nvml:
     """A stand-in for pynvml: the processes and utilization of one GPU."""
 
-    def __init__(self, processes, utilization, fail=False):
-        self.processes, self.utilization, self.fail = processes, utilization, fail
+    def __init__(self, processes, utilization, fail=False, samples=None):
+        self.processes, self.utilization, self.fail, self.samples = processes, utilization, fail, samples
 
     def nvmlInit(self):
         if self.fail:
@@ -34,6 +34,15 @@ class _Nvml:
 
     def nvmlDeviceGetUtilizationRates(self, handle):
         return type("U", (), {"gpu": self.utilization})()
+
+    def nvmlDeviceGetProcessUtilization(self, handle, since_us):
+        if self.samples is None:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return self.samples
+
+
+def _sample(pid, t_us, sm, mem=0):
+    return type("S", (), {"pid": pid, "timeStamp": t_us, "smUtil": sm, "memUtil": mem})()
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +65,35 @@ def test_pids_from_another_namespace_are_not_taken_for_neighbours():
     assert s.readable and s.others == [] and not s.shared
 
 
+def test_a_neighbour_that_computed_while_the_kernel_was_timed_is_caught_though_idle_now():
+    import os
+
+    me, t0 = os.getpid(), 1_000_000
+    samples = [_sample(me, t0 + 10, 99), _sample(4242, t0 + 20, 40), _sample(5151, t0 - 5, 90), _sample(6161, t0 + 30, 0)]
+    s = gpu_share.read(_Nvml([_Proc(me), _Proc(4242)], utilization=0, samples=samples), since_us=t0)
+    # 5151's sample is older than the window, 6161 only held memory: neither disturbed the timing.
+    assert s.shared and s.active == ["pid 4242"] and "computing while your kernel was timed: pid 4242" in s.describe()
+    assert not gpu_share.read(_Nvml([_Proc(me)], 0, samples=samples[:1]), since_us=t0).shared
+
+
+def test_per_process_samples_from_another_pid_namespace_or_none_at_all_claim_nothing():
+    t0 = 1_000_000
+    foreign = [_sample(4_000_001, t0 + 10, 99), _sample(4_000_002, t0 + 20, 50)]  # none of them is this process
+    assert not gpu_share.read(_Nvml([], 0, samples=foreign), since_us=t0).shared
+    assert not gpu_share.read(_Nvml([], 0, samples=None), since_us=t0).shared  # NVML keeps no samples
+
+
+def test_two_holders_of_the_timing_lock_take_turns(tmp_path):
+    lock = tmp_path / "gpu.lock"
+    with gpu_share.timing_lock(path=lock) as first:
+        assert first
+        slept = []
+        with gpu_share.timing_lock(wait_s=0.05, path=lock, sleep=slept.append) as second:
+            assert not second and slept  # waited, then gave up: the caller reports "not measured"
+    with gpu_share.timing_lock(wait_s=0, path=lock) as again:
+        assert again  # released on leaving
+
+
 def test_without_nvml_nothing_is_claimed():
     s = gpu_share.read(_Nvml([], 0, fail=True))
     assert not s.readable and not s.shared and s.describe() == "NVML cannot tell"
@@ -68,32 +106,63 @@ def test_waiting_stops_when_the_gpu_comes_free():
     assert not s.shared and slept[0] == gpu_share.SETTLE_S and len(slept) == 3
 
 
-@pytest.mark.gpu
-@pytest.mark.slow
-def test_two_gradings_at_once_on_one_gpu_fail_no_correct_kernel(tmp_path):
-    script = textwrap.dedent("""
-        import json, sys, time
-        from autograder import check
-        from kernels.rmsnorm import rmsnorm
-        from kernels.add_rmsnorm import add_rmsnorm
-        out, end = [], time.time() + 90
-        while time.time() < end:
-            for ex, fn in (("02.rmsnorm", rmsnorm), ("02.add_rmsnorm", add_rmsnorm)):
-                r = check(ex, fn, criteria=["performance"])["performance"]
-                out.append((ex, r.status, r.message.splitlines()[0]))
-        print(json.dumps(out))
-    """)
+_GRADER = textwrap.dedent("""
+    import json, sys, time
+    from autograder import check
+    from kernels.rmsnorm import rmsnorm
+    from kernels.add_rmsnorm import add_rmsnorm
+    out, end = [], time.time() + float(sys.argv[1])
+    while time.time() < end:
+        for ex, fn in (("02.rmsnorm", rmsnorm), ("02.add_rmsnorm", add_rmsnorm)):
+            r = check(ex, fn, criteria=["correctness", "performance"])
+            out += [(ex, c.name, c.status, c.message.splitlines()[0]) for c in r.results]
+    print(json.dumps(out))
+""")
+
+# Not a grading: matmuls in bursts of about 0.3 s with pauses of 0.2 s, for as long as asked.
+_NEIGHBOUR = textwrap.dedent("""
+    import sys, time, torch
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    end = time.time() + float(sys.argv[1])
+    while time.time() < end:
+        t = time.time()
+        while time.time() - t < 0.3:
+            a @ a
+            torch.cuda.synchronize()  # no queue of seconds of work behind the burst
+        time.sleep(0.2)
+""")
+
+
+def _run_side_by_side(scripts: list[str], seconds: int) -> list:
     env = build.tool_env()
     env["FUSION_COURSE_GRADING"] = str(build.ROOT / "grading.toml")  # the instructor's: performance required
-    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=build.ROOT, env=env, stdout=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    results = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
-    seen = [r for res in results for r in res]
-    assert len(seen) >= 4
-    for ex, status, message in seen:
-        assert status in ("passed", "skipped"), f"{ex}: {status}: {message}"
+    procs = [subprocess.Popen([sys.executable, "-c", s, str(seconds)], cwd=build.ROOT, env=env,
+                              stdout=subprocess.PIPE, text=True) for s in scripts]
+    outs = [p.communicate(timeout=900)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    return [r for script, o in zip(scripts, outs) if script is _GRADER for r in json.loads(o.splitlines()[-1])]
+
+
+def _no_correct_kernel_failed(seen: list, at_least: int):
+    perf = [r for r in seen if r[1] == "performance"]
+    assert len(perf) >= at_least, seen
+    for ex, criterion, status, message in seen:
+        assert status in ("passed", "skipped"), f"{ex} {criterion}: {status}: {message}"
         if status == "skipped":
             assert message.startswith("not measured: the GPU is shared"), message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_two_gradings_at_once_on_one_gpu_fail_no_correct_kernel():
+    _no_correct_kernel_failed(_run_side_by_side([_GRADER, _GRADER], 60), at_least=4)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_neighbour_computing_in_bursts_fails_no_correct_kernel():
+    # A neighbour that never pauses long keeps each check waiting (up to WAIT_S a try): few checks end in a minute.
+    _no_correct_kernel_failed(_run_side_by_side([_GRADER, _NEIGHBOUR], 60), at_least=1)
 
 
 def _peak(profile=3000.0):
@@ -122,7 +191,8 @@ def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(m
     after = iter(sharing)
     calls = []
     monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
-                        lambda wait_s=gpu_share.WAIT_S: next(after) if wait_s == 0 else gpu_share.Sharing(True, [], 0))
+                        lambda wait_s=gpu_share.WAIT_S, since_us=None:
+                        next(after) if wait_s == 0 else gpu_share.Sharing(True, [], 0))
     monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: calls.append(1) or _timings(peak_ms))
     t, why = grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
     assert len(calls) == tries and (t is not None) == clean

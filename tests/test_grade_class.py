@@ -2,6 +2,7 @@
 
 import csv
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,19 @@ def test_bad_usage_is_a_clear_error(tmp_path):
         grade_class(tmp_path, NAME)
     with pytest.raises(ValueError, match="sqlite"):
         grade_class(tmp_path, NAME, db_url="postgresql://somewhere/grades")
+
+
+def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):
+    """A private, empty matplotlib folder made every student's first plot scan the machine's fonts again."""
+    import matplotlib
+
+    from autograder import grade_class as gc
+
+    grading = tmp_path / "grading.toml"
+    grading.write_text("")
+    env = gc._child_env(tmp_path, grading)
+    private = env["MPLCONFIGDIR"]
+    assert private.startswith(str(tmp_path))
+    ours = sorted(p.name for p in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))
+    theirs = sorted(p.name for p in Path(private).glob("fontlist-*.json"))
+    assert ours and theirs == ours

@@ -1,0 +1,47 @@
+"""Compiling ahead: every small case of the criteria asked for, each once, called from a pool of threads on a
+GPU; nothing on the CPU; an error in a warm-up call is left to the graded call of that case."""
+
+import threading
+
+import torch
+
+from autograder import registry, runtime, warmup
+from autograder.secret import EXTRA_SHAPES
+
+
+def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
+    from autograder.grade_kernel import graded_dtypes
+
+    ex = registry.get("04.gemm_gelu_residual")
+    both = warmup.cases(ex, ["correctness", "precision", "performance"])
+    shapes = list(dict.fromkeys(list(ex.shapes) + list(EXTRA_SHAPES.get(ex.id, ())) + list(ex.precision_shapes)))
+    assert both == [(s, d) for s in shapes for d in graded_dtypes()]
+    assert len(warmup.cases(ex, ["performance"])) == 0  # the benchmark size compiles once, in its own criterion
+    assert len(warmup.cases(ex, ["correctness"])) < len(both)
+
+
+def test_nothing_is_compiled_ahead_in_the_interpreter(monkeypatch):
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    calls = []
+    assert warmup.compile_ahead(registry.get("02.rmsnorm"), lambda *a: calls.append(a), ["correctness"]) == 0
+    assert calls == []
+
+
+def test_warm_up_calls_run_in_threads_and_their_errors_are_swallowed(monkeypatch):
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(runtime, "device", lambda: torch.device("cpu"))
+    from autograder import grade_kernel
+
+    monkeypatch.setattr(grade_kernel, "graded_dtypes", lambda: [torch.float32, torch.float16])
+    ex = registry.get("02.rmsnorm")
+    seen = []
+
+    def fn(x, w, eps):
+        seen.append((threading.current_thread().name, tuple(x.shape), x.dtype))
+        raise RuntimeError("a student's bug: the graded call of this case reports it")
+
+    n = warmup.compile_ahead(ex, fn, ["correctness", "precision"])
+    assert n == len(seen) == len(warmup.cases(ex, ["correctness", "precision"])) > 1
+    assert all(name.startswith("fusion-course-warmup") for name, _, _ in seen)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fusion-course-warmup")]  # all joined
