@@ -73,7 +73,10 @@ def written_versions(versions: dict, desc: str = "trying") -> dict:
         except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped; anything else is raised
             if not not_written(exc):
                 raise
-            print(f"{name}: not timed, its exercise is not written yet ({type(exc).__name__}: {exc})")
+            if isinstance(exc, runtime.NotTimedHere):
+                print(f"{name}: not timed ({exc})")
+            else:
+                print(f"{name}: not timed, its exercise is not written yet ({type(exc).__name__}: {exc})")
             continue
         runnable[name] = fn
     return runnable

@@ -73,3 +73,17 @@ def test_demo_points_keep_the_ends_of_a_sweep_under_the_switch(monkeypatch):
     assert runtime.demo_points(sweep) == [2**12, 2**20, 2**28]
     assert runtime.demo_points(sweep, keep=1) == [2**28]
     assert runtime.demo_points([1, 2]) == [1, 2]
+
+
+def test_a_compiled_column_is_left_out_and_named_when_the_grader_runs_the_notebook(monkeypatch, capsys):
+    from autograder import runtime, timing
+
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "1")
+    compiled = runtime.demo_compile(lambda x: x + 1)
+    with pytest.raises(runtime.NotTimedHere):
+        compiled(1)
+    runnable = timing.written_versions({"eager": lambda: 1, "torch.compile": lambda: compiled(1)})
+    assert list(runnable) == ["eager"]
+    assert "torch.compile: not timed (torch.compile is not timed while the grader runs" in capsys.readouterr().out
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "0")
+    assert runtime.demo_compile(lambda x: x + 1).__name__ != compiled.__name__  # torch.compile's, for a reader

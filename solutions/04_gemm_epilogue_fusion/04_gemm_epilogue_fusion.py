@@ -368,7 +368,7 @@ def speedups(times, name, base=EAGER):
 
 epi_us, epi_k_us = {}, {}
 if ON_GPU:
-    compiled_epilogue = torch.compile(epi_ops.gemm_gelu_residual_eager)
+    compiled_epilogue = runtime.demo_compile(epi_ops.gemm_gelu_residual_eager)
     print("Timing over M (torch.compile compiles on the way) ...")
     epi_us = sweep(MS_EPI, lambda m: (m, K_EPI, N_EPI), EPI_VERSIONS)
     print("Timing over K ...")
@@ -681,7 +681,7 @@ SWIGLU_VERSIONS = {"your swiglu": lambda x, wg, wu: swiglu(x, wg, wu),
                    "your swiglu_tma": lambda x, wg, wu: swiglu_tma(x, wg, wu)}
 swiglu_us = {m: swiglu_model_us(m) for m in SWIGLU_MS}
 if ON_GPU:
-    compiled_swiglu = torch.compile(swiglu_ops.swiglu_eager, dynamic=False)
+    compiled_swiglu = runtime.demo_compile(swiglu_ops.swiglu_eager, dynamic=False)
     for m in SWIGLU_MS:
         x = torch.randn(m, H_MODEL, device="cuda", dtype=torch.bfloat16)
         wg, wu = ((torch.randn(H_MODEL, H_MLP, device="cuda") / 64).to(torch.bfloat16) for _ in range(2))
