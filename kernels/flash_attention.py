@@ -220,13 +220,14 @@ ATTENTION_TMA_SETTINGS = (
 
 def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                         settings: tuple | None = None):
-    """flash_attention through the TMA engine on Hopper, for contiguous 16-bit (B, H, N, D) tensors and
-    sequences of 2048 or more (below that, building the descriptors on the host each call costs more than
-    the copy engine saves); the portable kernel elsewhere. Same outputs."""
+    """flash_attention through the TMA engine on Hopper, for contiguous 16-bit (B, H, N, D) tensors with heads
+    of 128 dimensions or more and sequences of 2048 or more (below that, building the descriptors on the host
+    each call costs more than the copy engine saves); the portable kernel elsewhere. Same outputs. At D = 64 the
+    portable kernel is 1.15x faster (4, 16, 4096, 64 on an H100 and an H200, both dtypes, causal and not)."""
     _check_attention_inputs(q, k, v, causal)
     if not (q.dtype in (torch.float16, torch.bfloat16) and hopper_or_newer(q.device)
             and all(t.is_contiguous() and tma_ready(t) for t in (q, k, v))
-            and min(q.shape[2], k.shape[2]) >= 2048):
+            and min(q.shape[2], k.shape[2]) >= 2048 and q.shape[3] >= 128):
         return flash_attention(q, k, v, causal)
     return _launch_attention_tma(q, k, v, causal, settings or ATTENTION_TMA_SETTINGS)
 

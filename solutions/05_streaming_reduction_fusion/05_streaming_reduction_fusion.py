@@ -507,7 +507,8 @@ check("05.flash_attention", flash_attention, criteria=["fusion"]).assert_passed(
 # `flash_attention`'s signature and outputs. Let it fall back to your `flash_attention` where the copy engine
 # does not apply (float32, tensors that are not contiguous or not 16-byte aligned, GPUs before Hopper) and for
 # sequences shorter than about 2048 tokens, where building the descriptors on the host at every call costs more
-# than the engine saves. A `K` or `V` tile of the 2-d view that reaches past a head's keys holds the next
+# than the engine saves. (The reference falls back for heads of 64 dimensions too: there its portable kernel
+# measured 1.15x faster than its TMA one on an H100 and an H200.) A `K` or `V` tile of the 2-d view that reaches past a head's keys holds the next
 # head's rows: give those keys `−inf` scores and zero their values (a zero probability does not clear a NaN).
 # Two more ideas: with a causal mask, launch the last query blocks first (they have the most tiles to visit),
 # and try 128 × 128 tiles before 128 × 64. `kernels.tma` (imported in the cell) has `descriptor`, `tma_ready`,
