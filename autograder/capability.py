@@ -17,6 +17,8 @@ import dataclasses
 
 import torch
 
+from . import sizes
+
 MIN_CAPABILITY = (7, 5)  # the oldest GPU the course runs on (Turing: T4, RTX 20xx)
 NATIVE_BF16 = (8, 0)
 TENSOR_CORE_DOT = (8, 0)  # Triton >= 3.3 lowers tl.dot to FMA below this
@@ -105,4 +107,4 @@ def describe(cap: Capability | None) -> list[str]:
         f"matrix units  {'tensor cores from tl.dot' if cap.tensor_core_dot else 'tl.dot runs on FMA (Triton >= 3.3): GEMM and attention speed not graded'}",
         f"copy engine   {'TMA: the Hopper paths of notebooks 04 and 05 run' if cap.tma else 'no TMA: the portable (pointer) kernels run'}",
     ]
-    return lines
+    return lines + sizes.lines(cap.free_bytes)

@@ -1,6 +1,8 @@
 """What the course does on each GPU generation, decided from the compute capability alone (no GPU needed):
 the dtypes graded and timed, whether Triton's matrix products reach tensor cores, whether the TMA paths run."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -117,3 +119,18 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_
     lse = torch.zeros(1, 2, 16, dtype=torch.float32)
     assert "output has shape (1, 2, 8, 8), expected (1, 2, 16, 8)" in gk.output_problem(
         ex, (q[:, :, :8], lse), shapes, {"q": q}, torch.float16)
+
+
+def test_the_device_command_names_the_sizes_notebook_05_will_use():
+    """What `python -m autograder device` promises is what the notebook does: both read autograder.sizes."""
+    from autograder import sizes
+
+    small = "\n".join(capability.describe(Capability("Tesla T4", 7, 5, 15 * GIB, int(14.5 * GIB))))
+    assert "naive up to N = 4096" in small and "N = 8192, 16384 would need 48+ GiB" in small
+    assert sizes.naive_attention_lengths(14.5 * GIB) == [512, 1024, 2048, 4096]
+    tiny = sizes.eager_cross_entropy_vocabs(4 * GIB)
+    assert tiny == [16384, 32768] and "V = 65536, 128256 left out" in "\n".join(sizes.lines(4 * GIB))
+    assert sizes.eager_cross_entropy_vocabs(0) == [16384]  # the smallest always runs
+    source = (Path(__file__).resolve().parent.parent / "solutions" / "05_streaming_reduction_fusion"
+              / "05_streaming_reduction_fusion.py").read_text()
+    assert "sizes.ATTENTION_LENGTHS" in source and "sizes.eager_cross_entropy_bytes" in source

@@ -87,3 +87,19 @@ def test_a_compiled_column_is_left_out_and_named_when_the_grader_runs_the_notebo
     assert "torch.compile: not timed (torch.compile is not timed while the grader runs" in capsys.readouterr().out
     monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "0")
     assert runtime.demo_compile(lambda x: x + 1).__name__ != compiled.__name__  # torch.compile's, for a reader
+
+
+def test_an_sdpa_backend_this_machine_lacks_is_named_and_left_out(monkeypatch):
+    import torch
+
+    from autograder import runtime
+    from autograder.ops import flash_attention as attn_ops
+
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "0")
+    q = torch.randn(1, 2, 16, 8)
+    with pytest.raises(runtime.NotTimedHere, match="CUDNN_ATTENTION backend does not run here"):
+        attn_ops.sdpa_with_backend("CUDNN_ATTENTION")(q, q, q, True)  # cuDNN: CUDA only
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "1")
+    with pytest.raises(runtime.NotTimedHere, match="not timed apart while the grader runs"):
+        attn_ops.sdpa_with_backend("MATH")(q, q, q, False)
+    assert set(attn_ops.SDPA_BACKENDS.values()) <= {"CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"}

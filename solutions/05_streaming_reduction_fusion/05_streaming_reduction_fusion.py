@@ -40,6 +40,7 @@
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import autograder  # first: picks GPU or interpreter before any kernel is defined
 
+import itertools
 import math
 
 import matplotlib.pyplot as plt
@@ -50,7 +51,7 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from autograder import check, runtime
+from autograder import check, runtime, sizes
 from autograder.ops import flash_attention as attn_ops
 from autograder.ops import linear_cross_entropy as ce_ops
 from autograder.ops import softmax as sm_ops
@@ -532,8 +533,10 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_re
 #
 # The cell below measures, over sequence lengths, the memory each call allocates and the time of naive
 # attention (`attention_naive` from `autograder.ops.flash_attention`: `S` and `P` in memory), PyTorch's
-# `scaled_dot_product_attention` (SDPA, which dispatches to a FlashAttention kernel of its own on recent GPUs)
-# and your `flash_attention`, causal and not; on a GPU your `flash_attention_tma` too, if you wrote it. Naive
+# `scaled_dot_product_attention` (SDPA, which dispatches to a FlashAttention kernel of its own on recent GPUs:
+# shown as SDPA picks, and with its cuDNN and FlashAttention-2 backends forced, so that you see where your kernel
+# stands against each; a backend your GPU or PyTorch build lacks is named and left out) and your
+# `flash_attention`, causal and not; on a GPU your `flash_attention_tma` too, if you wrote it. Naive
 # attention is skipped where it would not fit in the GPU's free memory. The time model: the flops at this GPU's
 # measured matmul rate, and for the naive version also one write and one read each of `S` and `P` at copy
 # bandwidth (4 passes, a floor for any version that materialises them). The causal model is the share of key
@@ -542,12 +545,12 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_re
 # interpreter at small sizes (one batch, two heads, `D = 64`, float32).
 
 # %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
-ATT_B, ATT_H, ATT_D = (4, 16, 128) if ON_GPU else (1, 2, 64)
-ATT_NS = runtime.demo_points([512, 1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256, 512])
+ATT_B, ATT_H, ATT_D = sizes.ATTENTION_BHD if ON_GPU else (1, 2, 64)
+ATT_NS = runtime.demo_points(list(sizes.ATTENTION_LENGTHS) if ON_GPU else [64, 128, 256, 512])
 ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 ATT_E = ATT_DTYPE.itemsize
 ATT_TILES = (128, 64) if ATT_DTYPE != torch.float32 else (32, 32)  # (query block, key tile) the causal model counts
-NAIVE_BYTES_PER_SCORE = 12  # at its peak: S, its float32 copy, the float32 softmax (about 10 measured in bf16)
+NAIVE_BYTES_PER_SCORE = sizes.NAIVE_BYTES_PER_SCORE  # at its peak: S, its float32 copy, the float32 softmax
 
 
 def n_scores(n):
@@ -570,12 +573,13 @@ ATT_VERSIONS = {"naive (S and P in memory)": attn_ops.attention_naive,
 if ON_GPU:  # yours through the copy engine, if you wrote it (the optional exercise)
     ATT_VERSIONS["your flash_attention_tma"] = lambda q, k, v, causal: flash_attention_tma(q, k, v, causal)
     ATT_VERSIONS["SDPA"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    ATT_VERSIONS.update({name: attn_ops.sdpa_with_backend(be) for name, be in attn_ops.SDPA_BACKENDS.items()})
 att_mem = {name: [] for name in ATT_VERSIONS}
 att_ms = {}  # "version" or "version, causal" -> ms at each N (NaN where not run)
 not_yet = set()  # versions whose exercise is not written
 for n in tqdm(ATT_NS, desc="attention over sequence lengths"):
     q, k, v = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(3))
-    naive_fits = runtime.fits(NAIVE_BYTES_PER_SCORE * n_scores(n), share=0.9)
+    naive_fits = runtime.fits(NAIVE_BYTES_PER_SCORE * n_scores(n), share=sizes.NAIVE_SHARE)
     runnable = {name: f for name, f in ATT_VERSIONS.items()
                 if (naive_fits or not name.startswith("naive")) and name not in not_yet}
     for name in ATT_VERSIONS:
@@ -585,10 +589,11 @@ for n in tqdm(ATT_NS, desc="attention over sequence lengths"):
             used = math.nan
             runnable.pop(name)
             torch.cuda.empty_cache()
-        except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+        except Exception as exc:  # noqa: BLE001  only an exercise not written yet (or a backend missing) is left out
             if not not_written(exc):
                 raise
-            print(f"{name}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
+            why = exc if isinstance(exc, runtime.NotTimedHere) else f"its exercise is not written yet ({exc!r})"
+            print(f"{name}: left out, {why}")
             used = math.nan
             runnable.pop(name)
             not_yet.add(name)
@@ -614,7 +619,7 @@ model_naive_ms = [f + 1e3 * 4 * ATT_E * n_scores(n) / (bw_gbps * 1e9) for f, n i
 fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16, 4.4))
 ax.loglog(ns, model_naive_mem / 2**20, "k--", label="model: S and P (2·N² per head)")
 ax.loglog(ns, model_flash_mem / 2**20, "k:", label="model: o and lse (O(N))")
-for (name, vals), style in zip(att_mem.items(), ("x-", "o-", "^-", "s-")):
+for (name, vals), style in zip(att_mem.items(), itertools.cycle(("x-", "o-", "^-", "s-", "d-", "v-"))):
     ax.loglog(ns, np.array(vals) / 2**20, style, label=name)
 ax.set_xlabel("sequence length N")
 ax.set_ylabel("MiB allocated by one call")
@@ -622,14 +627,15 @@ ax.set_title(f"memory, ({ATT_B}, {ATT_H}, N, {ATT_D}) {str(ATT_DTYPE).replace('t
              + ("" if ON_GPU else "\n(interpreter: allocations added up)"))
 bx.loglog(ns, model_flash_ms, "k:", label="model: flops / matmul peak")
 bx.loglog(ns, model_naive_ms, "k--", label="model: + 4 passes over S, P")
-for (name, vals), style in zip(att_ms.items(), ("x-", "o-", "^-", "s-", "o--", "^--", "s--")):
+for (name, vals), style in zip(att_ms.items(), itertools.cycle(("x-", "o-", "^-", "s-", "d-", "v-", "o--", "^--",
+                                                                "s--", "d--", "v--"))):
     bx.loglog(ns, vals, style, label=name)
 bx.set_xlabel("sequence length N")
 bx.set_ylabel("ms")
 bx.set_title(f"time, {peak_label}" + ("" if ON_GPU else "\nmodel only, no GPU here"))
 cx.semilogx(ns, [causal_share(n) for n in ATT_NS], "k--",
             label=f"model: share of key tiles visited ({ATT_TILES[0]} x {ATT_TILES[1]} tiles)")
-for name in ("your flash_attention", "your flash_attention_tma", "SDPA"):
+for name in ("your flash_attention", "your flash_attention_tma", "SDPA", *attn_ops.SDPA_BACKENDS):
     if name in att_ms and f"{name}, causal" in att_ms:
         cx.semilogx(ns, np.array(att_ms[f"{name}, causal"]) / np.array(att_ms[name]), "o-", label=name)
 cx.axhline(0.5, color="gray", lw=1)
@@ -788,11 +794,12 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, persis
 # `linear_cross_entropy_tma` if you wrote it.
 
 # %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
-CE_M, CE_K = (8192, 4096) if ON_GPU else (64, 64)
-CE_VS = runtime.demo_points([16384, 32768, 65536, 128256] if ON_GPU else [1024, 4096, 16384])
+CE_M, CE_K = sizes.CE_MK if ON_GPU else (64, 64)
+CE_VS = runtime.demo_points(list(sizes.CE_VOCABS) if ON_GPU else [1024, 4096, 16384])
 CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
-EAGER_BYTES_PER_LOGIT = 8  # eager's peak beyond its inputs: 7.8 GiB at M = 8192, V = 128256 (bf16, measured)
-fitting = [v for v in CE_VS if runtime.fits(EAGER_BYTES_PER_LOGIT * CE_M * v + 2 * v * CE_K)] or CE_VS[:1]
+EAGER_BYTES_PER_LOGIT = sizes.EAGER_BYTES_PER_LOGIT  # eager's peak beyond its inputs: 7.8 GiB at V = 128256
+fitting = [v for v in CE_VS
+           if runtime.fits(sizes.eager_cross_entropy_bytes(v, CE_M, CE_K), share=sizes.CE_SHARE)] or CE_VS[:1]
 if fitting != CE_VS:
     print(f"V = {', '.join(str(v) for v in CE_VS if v not in fitting)} left out: eager PyTorch's logits would not "
           f"fit in this GPU's free memory ({runtime.free_gpu_bytes() / 2**30:.1f} GiB)")
