@@ -42,9 +42,12 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     else:
         graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)
+    notes = []
     if not problem:
         with quiet(), contextlib.redirect_stdout(io.StringIO()):  # the graded calls print it again
-            warmup.compile_ahead(ex, fn, chosen)
+            _, broken = warmup.compile_ahead(ex, fn, chosen)
+        notes += [f"{ex.function} broke the GPU's CUDA context on its first call at {case} (an access far out of "
+                  "bounds?): the cases graded after it could not run" for case in broken[:3]]
     TritonLaunches.ran.clear()
     results = []
     for name in chosen:
@@ -62,7 +65,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
         results.append(result)
     integrity.verify()  # the graded function ran in between
-    return Report(ex.id, results, notes=fingerprint.notes_for_kernels(TritonLaunches.ran.values()))
+    return Report(ex.id, results, notes=notes + fingerprint.notes_for_kernels(TritonLaunches.ran.values()))
 
 
 def _grader_failure(exc: Exception) -> str:

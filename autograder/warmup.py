@@ -40,13 +40,16 @@ def cases(ex: KernelExercise, criteria) -> list:
     return [(shape, dtype) for shape in unique for dtype in graded_dtypes()]
 
 
-def compile_ahead(ex: KernelExercise, fn, criteria) -> int:
-    """Call fn once on each case's inputs from a pool of threads; returns how many calls were made."""
+def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
+    """Call fn once on each case's inputs from a pool of threads. Returns how many calls were made, and the cases
+    whose call broke the CUDA context (an access far out of bounds): every graded call after that fails alike,
+    so the report names the case here instead."""
     if not runtime.has_gpu() or not isinstance(ex, KernelExercise):
-        return 0
+        return 0, []
     from .grade_kernel import _inputs
 
     todo = cases(ex, criteria)
+    broken: list[str] = []
 
     def call(case):
         shape, dtype = case
@@ -55,8 +58,9 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> int:
             # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
             fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
             torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001  the graded call of this case reports it
-            pass
+        except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
+            if "illegal memory access" in str(exc) or "CUDA error" in str(exc):
+                broken.append(f"shape {shape}, {str(dtype).removeprefix('torch.')}")
 
     tuners = autotuners(fn)
     chosen_before = {id(t): set(t.cache) for t in tuners}
@@ -66,7 +70,7 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> int:
     for t in tuners:
         for key in set(t.cache) - chosen_before[id(t)]:
             t.cache.pop(key, None)
-    return len(todo)
+    return len(todo), sorted(broken)
 
 
 def autotuners(fn) -> list:

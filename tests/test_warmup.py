@@ -23,7 +23,7 @@ def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtyp
 def test_nothing_is_compiled_ahead_in_the_interpreter(monkeypatch):
     monkeypatch.setattr(runtime, "has_gpu", lambda: False)
     calls = []
-    assert warmup.compile_ahead(registry.get("02.rmsnorm"), lambda *a: calls.append(a), ["correctness"]) == 0
+    assert warmup.compile_ahead(registry.get("02.rmsnorm"), lambda *a: calls.append(a), ["correctness"]) == (0, [])
     assert calls == []
 
 
@@ -39,10 +39,15 @@ def test_warm_up_calls_run_in_threads_and_their_errors_are_swallowed(monkeypatch
 
     def fn(x, w, eps):
         seen.append((threading.current_thread().name, tuple(x.shape), x.dtype))
+        if x.shape[-1] == 7 and x.dtype == torch.float16:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         raise RuntimeError("a student's bug: the graded call of this case reports it")
 
-    n = warmup.compile_ahead(ex, fn, ["correctness", "precision"])
+    n, broken = warmup.compile_ahead(ex, fn, ["correctness", "precision"])
     assert n == len(seen) == len(warmup.cases(ex, ["correctness", "precision"])) > 1
+    # Only the call that broke the CUDA context is named (the graded calls after it all fail the same way).
+    assert broken and broken == [f"shape {s}, float16" for s, d in warmup.cases(ex, ["correctness"])
+                                 if s.dims[-1] == 7 and d == torch.float16]
     assert all(name.startswith("fusion-course-warmup") for name, _, _ in seen)
     assert not [t for t in threading.enumerate() if t.name.startswith("fusion-course-warmup")]  # all joined
 
@@ -77,3 +82,16 @@ def test_autotuning_choices_made_during_the_warm_up_are_forgotten(monkeypatch):
         assert list(_scale.cache) == [("chosen before",)]
     finally:
         del fn.__globals__["_scale_for_the_test"]
+
+
+def test_the_report_names_the_warm_up_call_that_broke_the_cuda_context(monkeypatch):
+    from autograder import check
+
+    monkeypatch.setattr(warmup, "compile_ahead", lambda ex, fn, criteria: (12, ["shape (1, 7), float16"]))
+
+    def rmsnorm(x, w, eps):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    report = check("02.rmsnorm", rmsnorm, criteria=["correctness"])
+    assert not report.passed
+    assert any("broke the GPU's CUDA context on its first call at shape (1, 7), float16" in n for n in report.notes)
