@@ -10,7 +10,7 @@ import traceback
 import torch
 
 from . import config as config_mod
-from . import integrity, registry, warmup
+from . import integrity, registry, runtime, warmup
 from . import fingerprint, grade_kernel, grade_numeric, grade_step
 from .report import FAILED, CriterionResult, Report
 from .sandbox import TritonLaunches, quiet
@@ -78,7 +78,7 @@ def _grader_failure(exc: Exception) -> str:
         return (f"GPU memory ran out while grading{held}: the notebook keeps large tensors alive, or the function "
                 f"allocates far more than its output. Free them (del, torch.cuda.empty_cache()) or allocate less. "
                 f"[{text}]")
-    if "illegal memory access" in str(exc) or "CUDA error" in str(exc):
+    if runtime.cuda_context_broken(exc):
         return (f"the GPU can no longer run anything in this process: an earlier kernel accessed memory out of "
                 f"bounds (a load or store without a correct mask?) and broke the CUDA context; restart the kernel. "
                 f"[{text}]")

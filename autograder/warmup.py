@@ -59,7 +59,7 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
             fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
-            if "illegal memory access" in str(exc) or "CUDA error" in str(exc):
+            if runtime.cuda_context_broken(exc):
                 broken.append(f"shape {shape}, {str(dtype).removeprefix('torch.')}")
 
     tuners = autotuners(fn)

@@ -550,7 +550,6 @@ ATT_NS = runtime.demo_points(list(sizes.ATTENTION_LENGTHS) if ON_GPU else [64, 1
 ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
 ATT_E = ATT_DTYPE.itemsize
 ATT_TILES = (128, 64) if ATT_DTYPE != torch.float32 else (32, 32)  # (query block, key tile) the causal model counts
-NAIVE_BYTES_PER_SCORE = sizes.NAIVE_BYTES_PER_SCORE  # at its peak: S, its float32 copy, the float32 softmax
 
 
 def n_scores(n):
@@ -579,7 +578,7 @@ att_ms = {}  # "version" or "version, causal" -> ms at each N (NaN where not run
 not_yet = set()  # versions whose exercise is not written
 for n in tqdm(ATT_NS, desc="attention over sequence lengths"):
     q, k, v = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(3))
-    naive_fits = runtime.fits(NAIVE_BYTES_PER_SCORE * n_scores(n), share=sizes.NAIVE_SHARE)
+    naive_fits = runtime.fits(sizes.naive_attention_bytes(n, ATT_B, ATT_H), share=sizes.NAIVE_SHARE)
     runnable = {name: f for name, f in ATT_VERSIONS.items()
                 if (naive_fits or not name.startswith("naive")) and name not in not_yet}
     for name in ATT_VERSIONS:
