@@ -19,8 +19,13 @@ class GradingConfig:
     performance: dict = dataclasses.field(default_factory=dict)  # exercise id -> {setting: value}
     source: str = ""
 
-    def perf_setting(self, exercise_id: str, key: str, default: float) -> float:
-        return float(self.performance.get(exercise_id, {}).get(key, default))
+    def perf_setting(self, exercise_id: str, key: str, default: float, part: str | None = None) -> float:
+        """A threshold of [performance."<exercise>"], or of its sub-table [performance."<exercise>".<part>] for
+        one of several benchmark shapes (that sub-table's value first)."""
+        table = self.performance.get(exercise_id, {})
+        if part is not None and key in table.get(part, {}):
+            return float(table[part][key])
+        return float(table.get(key, default))
 
 
 def load(path: str | os.PathLike | None = None) -> GradingConfig:

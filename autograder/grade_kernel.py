@@ -453,6 +453,7 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None) -> float:
     """||out - ref|| / ||ref|| over ref's finite elements (divided by ||scale|| instead, when given)."""
+    ref = ref.double()  # integer results (indices) too
     finite = torch.isfinite(ref)
     got = out.double()
     if not bool(((got == ref) | (torch.isnan(got) & torch.isnan(ref)))[~finite].all()):

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "fusion-course-grader"
 # kernels/ modules that the release notebooks import and a student may read: none answers an exercise.
-TEACHING_KERNELS = ("__init__", "op_chain", "matmul", "tma", "rmsnorm_variants")
+TEACHING_KERNELS = ("__init__", "op_chain", "matmul", "tma", "rmsnorm_variants", "row_argmax")
 
 
 def answer_modules(root: Path = ROOT) -> list[Path]:

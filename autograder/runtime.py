@@ -40,6 +40,9 @@ def configure() -> bool:
             return False
         os.environ["TRITON_INTERPRET"] = "1"
     on_gpu = not interpreted()
+    if not on_gpu:
+        _autotune_in_interpreter()
+        _no_launch_on_fake_tensors()
     if on_gpu and os.environ.get(MEMORY_GB_ENV):
         _cap_memory(os.environ[MEMORY_GB_ENV])
     if not on_gpu and not _announced:
@@ -53,6 +56,64 @@ def configure() -> bool:
             file=stream,
         )
     return on_gpu
+
+
+class _WallClockBench:
+    """What @triton.autotune times its configurations with, in the interpreter: each one runs once, timed by
+    the wall clock. No GPU driver is active there, and Triton's autotuner asks the active driver for its timer
+    (triton 3.7: "0 active drivers"), so without this every autotuned kernel fails on a laptop. The choice it
+    makes says nothing about a GPU; what it checks is that every configuration runs."""
+
+    def get_benchmarker(self):
+        import time
+
+        def bench(kernel_call, quantiles=None, **_):
+            started = time.perf_counter()
+            kernel_call()
+            ms = (time.perf_counter() - started) * 1e3
+            return [ms] * len(quantiles) if quantiles else ms
+
+        return bench
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"Triton's interpreter has no GPU driver ({name} was asked for)")
+
+
+def _autotune_in_interpreter() -> None:
+    try:
+        from triton.runtime.driver import driver
+
+        driver.active  # noqa: B018  a machine where some driver is active keeps it
+    except RuntimeError:
+        driver.set_active(_WallClockBench())
+    except ImportError:  # a Triton without this module: nothing to stand in for
+        pass
+
+
+def _no_launch_on_fake_tensors() -> None:
+    """In the interpreter, a kernel launched on fake tensors does nothing. torch.compile learns what a
+    `torch.library.triton_op` returns by running its body on fake tensors (shapes, no data); on a GPU,
+    `wrap_triton` records the launch instead of running it, but an interpreted kernel is not one it can record,
+    and the interpreter would read the fake tensors' missing data. The body's own allocations already give the
+    outputs' shapes, which is all tracing needs; real tensors launch as before."""
+    try:
+        from torch._subclasses.fake_tensor import is_fake
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # noqa: BLE001  a torch or Triton without them: nothing to adapt
+        return
+    original = InterpretedFunction.__dict__.get("run")
+    if original is None or getattr(original, "skips_fake_tensors", False):
+        return
+
+    def run(self, *args, **kwargs):
+        import torch
+
+        if any(isinstance(a, torch.Tensor) and is_fake(a) for a in (*args, *kwargs.values())):
+            return None
+        return original(self, *args, **kwargs)
+
+    run.skips_fake_tensors = True
+    InterpretedFunction.run = run
 
 
 def interpreted() -> bool:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import io
 import os
@@ -123,6 +125,24 @@ def storage_of(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
+@dataclasses.dataclass(frozen=True)
+class CompiledFigures:
+    """What a launched kernel compiled to: registers a thread and registers spilled to local memory (ptxas)."""
+
+    name: str
+    n_regs: int
+    n_spills: int
+    settings: str
+
+    @classmethod
+    def of(cls, kernel, kwargs: dict) -> "CompiledFigures":
+        meta = getattr(kernel, "metadata", None)
+        warps = getattr(meta, "num_warps", None)
+        blocks = ", ".join(f"{k}={v}" for k, v in kwargs.items() if k.isupper() and isinstance(v, int))
+        settings = ", ".join(x for x in (blocks, f"num_warps={warps}" if warps else "") if x)
+        return cls(getattr(kernel, "name", "kernel"), int(kernel.n_regs), int(kernel.n_spills), settings)
+
+
 class TritonLaunches:
     """Counts Triton launches, knows whether we are inside one, and which storages each launch was handed.
 
@@ -139,6 +159,7 @@ class TritonLaunches:
         self.events = 0  # a clock shared with Watch: which came last, a torch op or a launch?
         self.handed: dict[int, int] = {}  # storage -> when a launch last received it
         self._saved = []
+        self.compiled: list[CompiledFigures] = []  # what each launch compiled to (on a GPU; not the interpreter)
 
     def __enter__(self):
         from triton.runtime import autotuner, interpreter, jit
@@ -168,9 +189,12 @@ class TritonLaunches:
                         tracker.handed[storage_of(a)] = tracker.events
             tracker.depth += 1
             try:
-                return original(kernel, *args, **kwargs)
+                ret = original(kernel, *args, **kwargs)
             finally:
                 tracker.depth -= 1
+            if hasattr(ret, "n_spills") and not kwargs.get("warmup", False):  # a JITFunction's compiled kernel
+                tracker.compiled.append(CompiledFigures.of(ret, kwargs))
+            return ret
 
         return run
 

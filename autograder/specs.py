@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-CRITERIA = ("correctness", "precision", "performance", "fusion", "memory")
+CRITERIA = ("correctness", "precision", "performance", "fusion", "memory", "graph", "kernels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +75,11 @@ class KernelExercise(Exercise):
     reduced_dim: str = "H"  # what the feedback calls that length (K for a GEMM)
     reduced_axis: int = -1  # where that length sits in Shape.dims (attention's (B, H, N, D): 2)
     perf_shape: Shape = None
+    # Several benchmark shapes, each graded alone against its own thresholds (a decode and a training shape):
+    # {name: shape}; the criterion passes when every one does. Empty: perf_shape alone.
+    perf_shapes: dict = dataclasses.field(default_factory=dict)
+    eager_name: str = "unfused eager PyTorch"  # what the timed yardstick `eager` is called in the feedback
+    no_spills: bool = False  # performance also fails a kernel whose compiled code spills registers to memory
     perf_dtype: torch.dtype = torch.bfloat16
     # Time the kernel and eager as replays of CUDA graphs: for a perf_shape whose kernel takes about as long as
     # the host takes to launch it (decode), where plain calls measure the launch path's noise.
@@ -153,6 +158,31 @@ class StepExercise(Exercise):
     precision_factor: float = 3.0
     default_min_fraction: float = 0.5
     diagnoses: tuple = ()  # (bug name, reference computing the wrong update)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledExercise(Exercise):
+    """A function graded inside torch.compile(fullgraph=True): its results and gradients there, whether Dynamo
+    captures it in one graph, and which GPU kernels the compiled code launches.
+
+    `harness(fn)` is what gets compiled: the student's function with the operations around it that Inductor
+    should fuse (or fn itself). It takes the inputs dict's values in order.
+    """
+
+    make_inputs: Callable[..., dict] = None  # (shape, dtype, device, generator) -> inputs
+    harness: Callable[[Callable], Callable] = None
+    reference: Callable[..., torch.Tensor] = None  # float64 result of the harness, from float64 inputs
+    grads: tuple[str, ...] = ()  # inputs whose gradients are checked (through the reference's autograd)
+    shapes: tuple[Shape, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+    tolerance: dict = dataclasses.field(default_factory=dict)  # dtype -> (atol, rtol), outputs and gradients
+    # A comparison of its own, where closeness elementwise is not the rule: (out, ref, inputs) -> problem or None.
+    compare: Callable[..., str | None] | None = None
+    kernels_shape: Shape = None
+    own_kernels: bool = False  # the compiled code must launch the student's own Triton kernels
+    max_kernels: int = 0  # kernels it may launch besides those (Inductor's, cuBLAS's, copies)
+    kernels_what: str = ""  # what those few kernels are, for the message
+    timed: "KernelExercise | None" = None  # performance: graded as this kernel exercise, on the compiled function
 
 
 def _is_triton_kernel(fn) -> bool:

@@ -24,7 +24,7 @@ from .sandbox import Guarded
 from .secret import EXTRA_SHAPES
 from .specs import KernelExercise
 
-MAX_THREADS = 8
+MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core GPU machine
 
 
 def cases(ex: KernelExercise, criteria) -> list:

@@ -36,7 +36,7 @@ def _rmsnorm_bwd_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, partial_ptr, M, H, stride_
         m = mask & (row < M)
         x = tl.load(x_ptr + row * stride_xm + cols, mask=m, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + row * stride_dym + cols, mask=m, other=0.0).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + tl.cast(eps, tl.float32))  # fp64 under torch.compile
         xhat = x * rstd
         g = dy * w
         dx = rstd * (g - xhat * (tl.sum(g * xhat, axis=0) / H))

@@ -28,7 +28,9 @@ def test_the_table_is_made_from_the_answer_modules(root):
     rows = json.loads(fingerprint.TABLE.read_text())
     assert rows == fingerprint.table_from(root), "reference_kernels.json is stale: run `make course`"
     reference = {r["file"] for r in rows if r["exercises"]}
-    assert reference == {f"kernels/{p.name}" for p in answer_modules(root)}  # every answer launches a kernel
+    # Every answer that defines a kernel launches it (notebook 06's answers wrap or tune kernels defined elsewhere,
+    # or are plain PyTorch for torch.compile: nothing of their own to recognise).
+    assert reference == {f"kernels/{p.name}" for p in answer_modules(root) if fingerprint.jit_functions(p.read_text())}
     teaching = {(r["file"], r["kernel"]) for r in rows if not r["exercises"]}
     assert ("kernels/rmsnorm_variants.py", "_rmsnorm_two_pass_kernel") in teaching
     assert ("kernels/matmul.py", "_matmul_kernel") in teaching

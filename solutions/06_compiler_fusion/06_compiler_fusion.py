@@ -1,0 +1,1121 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (fusion course)
+#     language: python
+#     name: fusion-course
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
+# # 06 · Compiler-driven fusion: what torch.compile fuses, where it stops, and how your kernels join it
+#
+# Notebooks 01 to 05 fused by hand. Most of the fusion in a real model, though, is done by a compiler:
+# `torch.compile` traces your Python with **Dynamo** into graphs of ATen operations, and **Inductor** turns each
+# graph into kernels, Triton on a GPU and C++ on a CPU. The pointwise and reduction chains of notebooks 01 and 02
+# are its everyday work. This notebook opens the compiler up and measures it against the same HBM cost model.
+#
+# You will
+# 1. read the kernels Inductor generates for a bias + GELU + residual chain and an RMSNorm written op by op,
+#    count them, and time them against the bytes each version must move; then see what the compile modes change
+#    around a matrix product;
+# 2. find where it stops: graph breaks (a host sync, a shape that depends on the data, a `print`), attention
+#    written by hand, and a cross-entropy whose logits it cannot avoid;
+# 3. put **your RMSNorm kernels** from notebook 02 inside a compiled model as a custom op, with a backward pass,
+#    in one graph with the operations around it;
+# 4. **repair** a function so that Inductor can fuse it (a per-tensor int8 fake quantization);
+# 5. measure the limits: registers and spills as a block grows, the launch-overhead plateau, the cost of
+#    autotuning; then choose a kernel's **launch settings per shape** with `triton.autotune`;
+# 6. profile a transformer block, eager against compiled, kernel by kernel, and (where Nsight Compute runs)
+#    check fusion by counting DRAM bytes.
+#
+# Without a GPU, kernels run in Triton's interpreter and nothing is timed: each demonstration says what it left
+# out. Inductor compiles C++ on a CPU, tens of seconds per function, so on a CPU this notebook compiles only two
+# small functions; when the grader runs it, none.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
+import autograder  # first: picks GPU or interpreter before any kernel is defined
+
+import csv
+import io
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+from tqdm.auto import tqdm
+
+from autograder import check, runtime, sizes
+from autograder.inductor import (generated_code, gpu_kernel_table, graph_report, kernel_source, launches_in_code,
+                                 print_kernel_table, quiet, run_code)
+from autograder.ops import fake_quant as fq_ops
+from autograder.ops import linear_cross_entropy as ce_ops
+from autograder.ops import rmsnorm as rms_ops
+from autograder.ops import row_argmax as ra_ops
+from autograder.plots import bars_against_model, launch_seconds, peaks, print_against_model
+from autograder.timing import bench_ms, bench_versions, not_written, peak_extra_bytes
+
+profile = autograder.device_profile()
+print(profile.describe())
+ON_GPU = runtime.has_gpu()
+DEVICE = runtime.device()
+bw_gbps, peak_tflops, peak_label = peaks(profile)
+LEVELS = fq_ops.LEVELS  # 127: int8's largest magnitude, as the fake quantization of section 4 uses it
+cpu_compiles_left = 2  # Inductor builds C++ on a CPU: tens of seconds a function
+
+
+def may_compile(what: str) -> bool:
+    """True when a demonstration may call torch.compile here; otherwise one printed line says why not."""
+    global cpu_compiles_left
+    if runtime.small_demos():
+        print(f"{what}: skipped, torch.compile is not run while the grader runs this notebook")
+        return False
+    if ON_GPU:
+        return True
+    if cpu_compiles_left > 0:
+        cpu_compiles_left -= 1
+        return True
+    print(f"{what}: skipped on the CPU (it needs a GPU, or a C++ build too slow to repeat here)")
+    return False
+
+
+def model_ms(n_bytes: float) -> float:
+    """The cost model: n_bytes through HBM at the measured copy bandwidth, in ms."""
+    return n_bytes / (bw_gbps * 1e6)
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fuses-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 1. What Inductor fuses
+#
+# Inductor lowers each ATen operation of a graph to a loop body over the output's elements, then its scheduler
+# merges loop bodies whose iterations line up: a pointwise op into the pointwise op that reads it, a pointwise op
+# into the reduction that consumes it, and a reduction's result into the broadcast that follows (notebook 02's
+# "reduction → pointwise" row), as long as one program can hold a row. Each merged group becomes one kernel. Its
+# name tells you what it is: `triton_poi_…` pointwise, `triton_red_…` a reduction that loops over its row,
+# `triton_per_…` a *persistent* reduction that holds the row in registers, followed by the ops fused into it.
+#
+# Two functions to compile, with `|x|` the bytes of `x`:
+#
+# | function | eager kernels | eager traffic | fused traffic (the floor) |
+# |---|---|---|---|
+# | `gelu(x + b) + r` | 3 (add, GELU, add) | 2 + 2 + 3 = 7\|x\| | read `x`, `r`, write `y`: 3\|x\| |
+# | RMSNorm, op by op, on bf16 `x` (below) | 6 | ≈ 18\|x\| (the float32 copy doubles every pass over it) | 2\|x\| |
+#
+# The cell compiles both, lists the kernels the generated `call()` launches (`launches_in_code` of
+# `autograder/inductor.py` reads them from the code `torch._inductor.utils.run_and_get_code` captures), and
+# prints the start of the first one. On a GPU you will see Triton; on a CPU, C++ (`cpp_fused_…`). To see the same
+# code from a script, run it with `TORCH_LOGS="output_code"`; `TORCH_LOGS="graph_breaks,recompiles"` reports the
+# events of section 2.
+
+# %% nbgrader={"grade": false, "grade_id": "fuses-code", "locked": true, "schema_version": 3, "solution": false}
+def bias_gelu_residual(x, b, r):
+    return F.gelu(x + b) + r
+
+
+def rmsnorm_by_hand(x, w, eps=1e-5):
+    xf = x.float()  # the statistic in float32: a full-size float32 copy of x, in eager
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd).to(x.dtype) * w
+
+
+CH_M, CH_H = (16384, 4096) if ON_GPU else (64, 256)
+CH_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+xc = torch.randn(CH_M, CH_H, device=DEVICE, dtype=CH_DTYPE)
+bc = torch.randn(CH_H, device=DEVICE, dtype=CH_DTYPE)
+rc = torch.randn(CH_M, CH_H, device=DEVICE, dtype=CH_DTYPE)
+wc = 1 + 0.1 * torch.randn(CH_H, device=DEVICE, dtype=CH_DTYPE)
+compiled = {}  # name -> compiled function, for the timing cell below
+for name, fn, args in (("bias + GELU + residual", bias_gelu_residual, (xc, bc, rc)),
+                       ("RMSNorm op by op", rmsnorm_by_hand, (xc, wc))):
+    if not may_compile(f"compiling {name}"):
+        continue
+    torch._dynamo.reset()
+    compiled[name] = torch.compile(fn)
+    out, code = run_code(compiled[name], *args)
+    torch.testing.assert_close(out, fn(*args), rtol=2e-2, atol=2e-2)
+    launches = launches_in_code(code)
+    print(f"{name}: {len(launches)} kernel launch(es) in the generated call(): {launches}")
+    if launches:
+        source = kernel_source(code, launches[0]).splitlines()
+        print(f"--- the first 30 of {len(source)} lines of {launches[0]} ---")
+        print("\n".join(source[:30]))
+        print("---\n")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fuses-read-md", "locked": true, "schema_version": 3, "solution": false}
+# How to read a generated Triton kernel: `xnumel` is the number of output elements (or rows, for a reduction),
+# `r0_numel` the length of the reduced dimension, `XBLOCK`/`R0_BLOCK` the block sizes its heuristics or its
+# autotuner picked; the loads at the top are the only reads from HBM, the `tmpN` lines are the fused ops, in
+# registers, and `tl.store` at the end is the only write. An op that appears in the body costs no traffic of its
+# own: that is fusion, read off the code.
+#
+# The timing cell below sets both chains, eager and compiled, against the table's predictions at this GPU's copy
+# bandwidth. The compiled RMSNorm should land near `2|x|` and eager far above; the chain near `3|x|`.
+
+# %% nbgrader={"grade": false, "grade_id": "fuses-time", "locked": true, "schema_version": 3, "solution": false}
+ch_bytes = 16384 * 4096 * 2  # the model at the GPU's shape, 16384 x 4096 bf16, wherever this runs
+ch_model = {"chain eager (3 kernels)": model_ms(7 * ch_bytes), "chain compiled": model_ms(3 * ch_bytes),
+            "RMSNorm eager (6 kernels)": model_ms(18 * ch_bytes), "RMSNorm compiled": model_ms(2 * ch_bytes)}
+ch_ms = {}
+if ON_GPU:
+    versions = {"chain eager (3 kernels)": lambda: bias_gelu_residual(xc, bc, rc),
+                "RMSNorm eager (6 kernels)": lambda: rmsnorm_by_hand(xc, wc)}
+    if "bias + GELU + residual" in compiled:
+        versions["chain compiled"] = lambda: compiled["bias + GELU + residual"](xc, bc, rc)
+    if "RMSNorm op by op" in compiled:
+        versions["RMSNorm compiled"] = lambda: compiled["RMSNorm op by op"](xc, wc)
+    ch_ms = bench_versions(versions, desc="timing the two chains")
+
+fig, ax = plt.subplots(figsize=(8, 3.8))
+names = bars_against_model(ax, ch_ms, ch_model, "ms (16384 x 4096 bf16)", f"eager vs torch.compile, {peak_label}",
+                           ON_GPU)
+plt.tight_layout()
+plt.show()
+print_against_model(names, ch_ms, ch_model, 2 * ch_bytes, bw_gbps)
+if not ON_GPU:
+    print("No GPU: nothing was timed; the bars show the model at the reference H200's copy bandwidth.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "modes-md", "locked": true, "schema_version": 3, "solution": false}
+# ### The modes, around a matrix product
+#
+# `torch.compile(fn, mode=…)` changes what Inductor does around the kernels:
+#
+# * `"default"`: matrix products go to cuBLAS (`extern_kernels.mm` or `addmm` in the code), and what follows
+#   them (the bias, the GELU) becomes a separate Triton pointwise kernel: one extra write and read of the
+#   product's output, `2|C|`.
+# * `"reduce-overhead"`: the same kernels, replayed from a **CUDA graph**: one launch from the host for the
+#   whole graph instead of one per kernel. It copies inputs into static buffers when they are not already
+#   there, and the output it returns is overwritten by the next call.
+# * `"max-autotune-no-cudagraphs"`: Inductor also benchmarks its own Triton GEMM templates against cuBLAS, and a
+#   template can take the pointwise ops as its **epilogue** (notebook 04), removing the `2|C|`. The search costs
+#   compile time, tens of seconds here. (`"max-autotune"` adds CUDA graphs.)
+#
+# The cell compiles `gelu(a @ w + b)` in the three modes, lists each one's launches and times it against the
+# model: the product at the measured matmul peak, plus `2|C|` at copy bandwidth where the epilogue is separate.
+# GPU only.
+
+# %% nbgrader={"grade": false, "grade_id": "modes", "locked": true, "schema_version": 3, "solution": false}
+def linear_gelu(a, w, b):
+    return F.gelu(a @ w + b, approximate="tanh")
+
+
+MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+mode_ms, mode_launches = {}, {}
+if ON_GPU and may_compile("the three compile modes"):
+    GM, GK, GN = 8192, 4096, 4096
+    a = torch.randn(GM, GK, device="cuda", dtype=torch.bfloat16)
+    wg = torch.randn(GK, GN, device="cuda", dtype=torch.bfloat16) / GK**0.5
+    bg = torch.randn(GN, device="cuda", dtype=torch.bfloat16)
+    gemm_ms = 1e3 * 2 * GM * GN * GK / (peak_tflops * 1e12)
+    c_bytes = GM * GN * 2
+    for mode in tqdm(MODES, desc="compiling the modes"):
+        torch._dynamo.reset()
+        try:
+            fn = torch.compile(linear_gelu, mode=mode)
+            _, code = run_code(fn, a, wg, bg)
+            mode_launches[mode] = launches_in_code(code)
+            mode_ms[mode] = bench_ms(lambda: fn(a, wg, bg))
+        except Exception as exc:  # noqa: BLE001  a mode this GPU or this PyTorch cannot compile is reported, not fatal
+            print(f"{mode}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+    mode_ms["eager"] = bench_ms(lambda: linear_gelu(a, wg, bg))
+    for mode, launches in mode_launches.items():
+        fused = not any(n.startswith("extern_kernels") for n in launches)
+        model = gemm_ms + (0 if fused else model_ms(2 * c_bytes))
+        print(f"{mode:<28} {mode_ms[mode]:.3f} ms (model {model:.3f} ms)  launches: {launches}")
+    print(f"{'eager':<28} {mode_ms['eager']:.3f} ms; the product alone at the matmul peak: {gemm_ms:.3f} ms")
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.barh(list(mode_ms), list(mode_ms.values()), color="C0")
+    ax.axvline(gemm_ms, color="k", ls="--", label="the product alone at the matmul peak")
+    ax.axvline(gemm_ms + model_ms(2 * c_bytes), color="k", ls=":", label="+ a separate epilogue (2|C|)")
+    ax.set_xlabel(f"ms (gelu({GM}x{GK} @ {GK}x{GN} + b), bf16)")
+    ax.set_title(peak_label)
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    plt.show()
+    del a, wg, bg
+elif not ON_GPU:
+    print("No GPU: the modes are compared on a GPU only (CUDA graphs and Triton GEMM templates need one).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "modes-discuss-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: in `"default"` an `extern_kernels` call followed by one `triton_poi_…`; the same list under
+# `"reduce-overhead"`, where the time barely moves because a product this large hides any launch cost; under
+# `"max-autotune-no-cudagraphs"` either a template kernel (`triton_tem_fused_…`) with the GELU inside it, or
+# cuBLAS again if cuBLAS won the benchmark. If the template won, its time should sit near the matmul line, without
+# the `2|C|`. The CUDA graph matters at the other end, for small tensors: section 5 measures that.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "breaks-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 2. Where it stops
+#
+# ### Graph breaks
+#
+# Dynamo traces Python bytecode. When it meets something it cannot put into a graph, it **breaks** the graph:
+# it compiles what it has, runs the troublesome code in ordinary Python, and starts a new graph after it. Nothing
+# fuses across a break, and each break can cost a host synchronisation. Three common causes:
+#
+# * `.item()` (or `float(t)`, `if t > 0:` on a tensor): the value lives on the GPU, Python wants it on the host.
+#   The host waits for every kernel before it, and the Python `if` on the value decides which code runs next;
+# * a shape that depends on the data: `x[x > 0]` has as many elements as there are positive values;
+# * a call Dynamo does not trace, such as `print`.
+#
+# `graph_report(fn, *args)` runs `torch._dynamo.explain` (Dynamo only, no code generated, so it is quick on any
+# machine) and returns the number of graphs and breaks, with the first line of each reason. `fullgraph=True` in
+# `torch.compile` turns any break into an error, which is how you make sure one never creeps in.
+
+# %% nbgrader={"grade": false, "grade_id": "breaks", "locked": true, "schema_version": 3, "solution": false}
+def scale_by_max(x):
+    amax = x.abs().max().item()  # host sync
+    if amax > 1.0:  # a Python branch on a value from the GPU
+        return x / amax
+    return x
+
+
+def positives_doubled(x):
+    return x[x > 0].sum() * 2  # as many elements as positive values: a shape only the data decides
+
+
+def logged(x):
+    y = x * 2
+    print("  (the print inside logged runs here)")
+    return y + 1
+
+
+def branch_free(x):
+    return torch.where(x > 0, x, 0.1 * x).sum() * 2
+
+
+x_small = torch.randn(4096, device=DEVICE)
+for fn in (scale_by_max, positives_doubled, logged, branch_free):
+    print(f"{fn.__name__}: {graph_report(fn, x_small)}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "item-md", "locked": true, "schema_version": 3, "solution": false}
+# ### What a break costs: a fake quantization with `.item()`
+#
+# Quantization-aware training simulates int8 in the forward pass: scale a tensor so its largest magnitude maps
+# to 127, round, clamp, scale back. Written the obvious way (`fq_ops.fake_quant_broken`, shown in full in
+# exercise 2), it takes the largest magnitude with `.item()` and branches on it in Python. Compiled, that is two
+# graphs around a host sync: the reduction runs, its result is copied to the host, Python decides, and the
+# pointwise part is launched. The floor is two reads of `x` and one write (the maximum first, then the pointwise
+# pass): `3|x|`. Eager: `abs` (2), `max` (1), then divide, round, clamp, multiply (2 each): `11|x|`.
+#
+# The cell times eager and compiled at 8192 × 8192 bf16 and lists the GPU's events of the compiled version.
+# On an H100 the course measured eager at 0.548 ms, and the compiled version with its break at 0.223 ms, in four
+# GPU events, one of them a device-to-host copy. Exercise 2 removes the break.
+
+# %% nbgrader={"grade": false, "grade_id": "item-time", "locked": true, "schema_version": 3, "solution": false}
+FQ_SHAPE = (8192, 8192)
+fq_bytes = FQ_SHAPE[0] * FQ_SHAPE[1] * 2
+fq_model = {"eager": model_ms(11 * fq_bytes), "compiled, with the break": model_ms(3 * fq_bytes)}
+fq_ms = {}
+if ON_GPU and may_compile("fake quantization with .item(), compiled"):
+    xq = torch.randn(*FQ_SHAPE, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    fq_broken_compiled = torch.compile(fq_ops.fake_quant_broken)
+    with quiet():
+        fq_ms = bench_versions({"eager": lambda: fq_ops.fake_quant_broken(xq),
+                                "compiled, with the break": lambda: fq_broken_compiled(xq)}, desc="fake quant")
+    print_kernel_table(gpu_kernel_table(fq_broken_compiled, xq), "GPU events of one compiled call:")
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    names = bars_against_model(ax, fq_ms, fq_model, "ms (8192 x 8192 bf16)", f"fake quant, {peak_label}", ON_GPU)
+    plt.tight_layout()
+    plt.show()
+    print_against_model(names, fq_ms, fq_model, 3 * fq_bytes, bw_gbps)
+elif not ON_GPU:
+    print("No GPU: not timed. The break itself shows on any machine: graph_report(fq_ops.fake_quant_broken, x) "
+          "before exercise 2.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attn-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Attention written out by hand
+#
+# `softmax(q·kᵀ / √d) · v` written as three lines of PyTorch gives Inductor a matrix product, a row softmax and
+# another product. It fuses the softmax into one kernel, but the products stay cuBLAS calls, so the `N × N`
+# scores are written to HBM and read back: notebook 05's FlashAttention is a streaming-reduction fusion across
+# two matrix products, which Inductor's scheduler does not derive. (Inductor does carry a few pattern rewrites
+# that recognise common hand-written attention forms and substitute SDPA; the launch list below shows whether
+# yours was recognised.)
+#
+# The cell times the hand-written version eager and compiled against `F.scaled_dot_product_attention` for
+# batch 4, 16 heads, `d = 128`, causal masking left out, and prints the bytes of one copy of the bf16 scores.
+# Model: the products at the matmul peak, plus four passes over the scores (written, read and written by the
+# softmax, read) for the hand-written versions.
+
+# %% nbgrader={"grade": false, "grade_id": "attn", "locked": true, "schema_version": 3, "solution": false}
+def attention_by_hand(q, k, v):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+
+
+AB, AH, AD = sizes.ATTENTION_BHD
+attn_ms = {}
+if ON_GPU and may_compile("attention by hand, compiled"):
+    lengths = sizes.naive_attention_lengths(runtime.free_gpu_bytes(), runtime.demo_points([1024, 2048, 4096, 8192]))
+    torch._dynamo.reset()
+    attn_compiled = torch.compile(attention_by_hand, dynamic=False)
+    for n in tqdm(lengths, desc="attention over sequence lengths"):
+        q, k, v = (torch.randn(AB, AH, n, AD, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        times = bench_versions({"by hand, eager": lambda: attention_by_hand(q, k, v),
+                                "by hand, compiled": lambda: attn_compiled(q, k, v),
+                                "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, k, v)},
+                               desc=f"N = {n}")
+        for name, ms in times.items():
+            attn_ms.setdefault(name, []).append(ms)
+    torch._dynamo.reset()  # a compile that finds its cache warm generates no code to read
+    _, code = run_code(torch.compile(attention_by_hand, dynamic=False), q, k, v)
+    print(f"compiled by hand at N = {lengths[-1]} launches: {launches_in_code(code)}")
+    flops = np.array([4 * AB * AH * n * n * AD for n in lengths], dtype=float)
+    scores = np.array([AB * AH * n * n * 2 for n in lengths], dtype=float)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, ms in attn_ms.items():
+        ax.loglog(lengths, ms, "o-", label=name)
+    ax.loglog(lengths, 1e3 * flops / (peak_tflops * 1e12), "k--", label="model: products at the matmul peak")
+    ax.loglog(lengths, 1e3 * flops / (peak_tflops * 1e12) + model_ms(4 * scores), "k:",
+              label="model: + 4 passes over the bf16 scores")
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.minorticks_off()
+    ax.set_xlabel(f"sequence length N (batch {AB}, {AH} heads, d = {AD}, bf16)")
+    ax.set_ylabel("ms")
+    ax.set_title(peak_label)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.show()
+    for i, n in enumerate(lengths):
+        row = "  ".join(f"{name} {ms[i]:.3f} ms" for name, ms in attn_ms.items())
+        print(f"N={n:<6} scores {scores[i] / 2**20:7.0f} MiB   {row}")
+    del q, k, v
+elif not ON_GPU:
+    print("No GPU: attention was not timed. At N = 8192 with this batch and these heads, one bf16 copy of the "
+          f"scores is {AB * AH * 8192**2 * 2 / 2**30:.0f} GiB, against {4 * AB * AH * 8192 * AD * 2 / 2**20:.0f} MiB "
+          "for q, k, v and the output together.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
+# ### A cross-entropy over a large vocabulary
+#
+# The same limit, seen in memory: a linear layer followed by cross-entropy (`ce_ops.linear_cross_entropy_eager`)
+# compiled fuses the cast and the log-softmax, but the logits come out of a cuBLAS product and must exist in full
+# before any of it runs. The cell measures the peak memory one call allocates beyond its inputs
+# (`torch.cuda.max_memory_allocated`), eager and compiled, against the bytes of the bf16 logits. Notebook 05's
+# fused kernel never holds them.
+
+# %% nbgrader={"grade": false, "grade_id": "ce", "locked": true, "schema_version": 3, "solution": false}
+if ON_GPU and may_compile("linear + cross-entropy, compiled"):
+    CE_M, CE_K = sizes.CE_MK
+    ce_v = sizes.eager_cross_entropy_vocabs(runtime.free_gpu_bytes())[-1]
+    h = torch.randn(CE_M, CE_K, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(ce_v, CE_K, device="cuda") / CE_K**0.5).to(torch.bfloat16)
+    targets = torch.randint(0, ce_v, (CE_M,), device="cuda")
+    torch._dynamo.reset()
+    ce_compiled = torch.compile(ce_ops.linear_cross_entropy_eager, dynamic=False)
+    ce_compiled(h, w, targets)  # compile outside the measurement
+    logits_bytes = CE_M * ce_v * 2
+    ce_peak = {"eager": peak_extra_bytes(lambda: ce_ops.linear_cross_entropy_eager(h, w, targets))[1],
+               "compiled": peak_extra_bytes(lambda: ce_compiled(h, w, targets))[1]}
+    ce_time = {"eager": bench_ms(lambda: ce_ops.linear_cross_entropy_eager(h, w, targets)),
+               "compiled": bench_ms(lambda: ce_compiled(h, w, targets))}
+    print(f"M = {CE_M}, K = {CE_K}, V = {ce_v}: the bf16 logits are {logits_bytes / 2**30:.2f} GiB")
+    for name in ce_peak:
+        print(f"{name:<9} peak {ce_peak[name] / 2**30:6.2f} GiB = {ce_peak[name] / logits_bytes:4.2f} x the logits, "
+              f"{ce_time[name]:.2f} ms")
+    fig, ax = plt.subplots(figsize=(7, 2.4))
+    ax.barh(list(ce_peak), [b / 2**30 for b in ce_peak.values()], color="C0")
+    ax.axvline(logits_bytes / 2**30, color="k", ls="--", label="the bf16 logits")
+    ax.set_xlabel("GiB allocated at the peak of one call")
+    ax.set_title(f"linear + cross-entropy, V = {ce_v}, {peak_label}")
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    plt.show()
+    del h, w, targets
+elif not ON_GPU:
+    print("No GPU: memory was not measured here (notebook 05 measures eager's allocations in the interpreter).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "op-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 3. Your kernel inside a compiled model
+#
+# Call a Triton kernel from a function that `torch.compile` traces and Dynamo has two choices: break the graph
+# around it, or treat it as an opaque operator it knows nothing about. Neither lets Inductor fuse the residual add
+# in front of your RMSNorm or the SiLU after it. `torch.library.triton_op` gives it a third: a **custom operator**
+# whose body Inductor can read.
+#
+# * `@torch.library.triton_op("fusion_course::rmsnorm", mutates_args=())` registers a Python function as the operator
+#   `torch.ops.fusion_course.rmsnorm`. Its body allocates the output and launches your kernel through
+#   `torch.library.wrap_triton(_rmsnorm_kernel)[grid](…)`. `wrap_triton` is what makes the launch visible: under
+#   `torch.compile`, Inductor traces into the operator, sees the kernel and its arguments, and puts the launch
+#   into its generated `call()` next to its own kernels, so the ops before and after fuse among themselves up to
+#   your kernel's edges.
+# * Autograd does not differentiate through a Triton kernel. `torch.library.register_autograd(op, backward,
+#   setup_context=…)` tells it how. `setup_context(ctx, inputs, output)` runs after the forward and saves what
+#   the backward needs: `x` and `weight` (with `ctx.save_for_backward`) and `eps` (a plain attribute, a float).
+#   RMSNorm's backward recomputes `rstd` from `x` (notebook 02), so nothing else needs to be kept.
+# * The backward is **a second `triton_op`** (`fusion_course::rmsnorm_backward`, returning `(dx, dweight)`) and not a
+#   plain Python function, so that the compiled backward graph sees your backward kernels the same way: traced,
+#   in one graph, next to the SiLU's and the add's gradients Inductor generates.
+#
+# With that, `torch.compile(block, fullgraph=True)` of `silu(rmsnorm_op(x + residual, w, eps))` compiles without
+# a break, forward and backward, and launches your kernels with Inductor's fused kernels around them.
+#
+# ### Exercise 1: `rmsnorm_op`
+# Paste your RMSNorm forward kernel and your backward kernels from notebook 02 into the cell, wrap them as two
+# `triton_op`s with autograd registered, and define `rmsnorm_op(x, weight, eps) -> y` for `x (M, H)` (contiguous
+# here), `weight (H,)`. A skeleton:
+#
+# ```python
+# @torch.library.triton_op("fusion_course::rmsnorm", mutates_args=())
+# def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+#     y = torch.empty_like(x)
+#     torch.library.wrap_triton(_rmsnorm_kernel)[(M,)](...)        # your forward kernel, as in notebook 02
+#     return y
+#
+# @torch.library.triton_op("fusion_course::rmsnorm_backward", mutates_args=())
+# def rmsnorm_backward_op(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor,
+#                         eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+#     ...  # wrap_triton(_rmsnorm_bwd_kernel)[grid](...), then wrap_triton(_sum_partials_kernel)[grid](...)
+#     return dx, dweight
+#
+# def _rmsnorm_op_setup(ctx, inputs, output):
+#     x, weight, eps = inputs
+#     ...  # ctx.save_for_backward(x, weight); ctx.eps = eps
+#
+# def _rmsnorm_op_backward(ctx, dy):
+#     ...  # dx, dw = rmsnorm_backward_op(x, weight, dy, ctx.eps)
+#     return dx, dw, None                                          # one gradient per input; eps has none
+#
+# RMSNORM_OP_AUTOGRAD = torch.library.register_autograd(
+#     "fusion_course::rmsnorm", _rmsnorm_op_backward, setup_context=_rmsnorm_op_setup)
+# ```
+#
+# Use the type annotations: `triton_op` reads the operator's schema from them. Inside a `triton_op` only launch
+# kernels through `wrap_triton` and allocate with `torch.empty…`; arithmetic in torch there is traced as ops of
+# their own. A `triton_op` name can be registered once per process: to change your code, restart the kernel.
+#
+# Graded: **correctness** (the grader compiles `block(x, residual, w) = silu(rmsnorm_op(x + residual, w, 1e-5))`
+# with `fullgraph=True`, Inductor on a GPU, Dynamo alone on a CPU where the interpreter's kernels cannot run
+# inside Inductor's C++, and compares the output and the gradients of `x`, `residual` and `w` with float64);
+# **graph**: no graph break; **kernels** (GPU): the compiled forward and backward launch your own Triton kernels,
+# and at most three of Inductor's around them.
+
+# %% nbgrader={"grade": false, "grade_id": "rmsnorm_op", "locked": false, "schema_version": 3, "solution": true}
+### BEGIN SOLUTION
+# include: kernels/rmsnorm.py (_rmsnorm_kernel)
+# include: kernels/rmsnorm_backward.py (_rmsnorm_bwd_kernel, _sum_partials_kernel, _programs)
+# include: kernels/rmsnorm_op.py (rmsnorm_op, rmsnorm_backward_op, _rmsnorm_op_setup, _rmsnorm_op_backward, RMSNORM_OP_AUTOGRAD)
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "rmsnorm_op-try", "locked": true, "schema_version": 3, "solution": false}
+check("06.rmsnorm_op", rmsnorm_op)
+
+# %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_op_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("06.rmsnorm_op", rmsnorm_op, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_op_graph", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("06.rmsnorm_op", rmsnorm_op, criteria=["graph"]).assert_passed("graph")
+
+# %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_op_kernels", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("06.rmsnorm_op", rmsnorm_op, criteria=["kernels"]).assert_passed("kernels")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "op-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your op in the compiled block
+#
+# The cell compiles the graded block with your op, runs a forward and a backward pass, lists the kernels the
+# generated code launches (your kernels by their own names, Inductor's as `triton_…`), and times a training
+# step (forward + backward) against the same block compiled from the op-by-op RMSNorm of section 1. GPU only.
+
+# %% nbgrader={"grade": false, "grade_id": "op-measure", "locked": true, "schema_version": 3, "solution": false}
+def block_with(norm):
+    def block(x, residual, weight):
+        return F.silu(norm(x + residual, weight, 1e-5))
+    return block
+
+
+if ON_GPU and may_compile("the block with your rmsnorm_op"):
+    BM, BH = 16384, 4096
+    xb, rb = (torch.randn(BM, BH, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    wb = (1 + 0.1 * torch.randn(BH, device="cuda", dtype=torch.bfloat16)).requires_grad_()
+    dyb = torch.randn(BM, BH, device="cuda", dtype=torch.bfloat16)
+    steps = {}
+    try:
+        torch._dynamo.reset()
+        yours = torch.compile(block_with(rmsnorm_op), fullgraph=True)
+
+        def forward_backward():
+            yours(xb, rb, wb).backward(dyb)
+
+        _, code = run_code(forward_backward)
+        print(f"your block, forward + backward, launches: {launches_in_code(code)}")
+        steps["compiled, your rmsnorm_op"] = forward_backward
+    except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+        if not not_written(exc):
+            raise
+        print(f"rmsnorm_op: not written yet ({type(exc).__name__}: {exc}); only the op-by-op block is timed")
+    by_hand = torch.compile(block_with(rmsnorm_by_hand))
+    steps["compiled, RMSNorm op by op"] = lambda: by_hand(xb, rb, wb).backward(dyb)
+    steps["eager, RMSNorm op by op"] = lambda: block_with(rmsnorm_by_hand)(xb, rb, wb).backward(dyb)
+    step_ms = bench_versions(steps, desc="forward + backward")
+    for name, ms in step_ms.items():
+        print(f"{name:<30} {ms:.3f} ms per forward + backward")
+    del xb, rb, wb, dyb
+elif not ON_GPU:
+    print("No GPU: the compiled block is not run here (the grader traces it with Dynamo alone on a CPU).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fq-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 4. Repairing a function Inductor cannot fuse
+#
+# Here is the fake quantization of section 2, as written:
+#
+# ```python
+# def fake_quant_broken(x):
+#     amax = x.abs().max().item()              # a host sync, and a graph break
+#     if amax == 0:                             # Python decides on a value from the GPU
+#         return x.clone()
+#     scale = amax / 127
+#     return (x / scale).round().clamp(-127, 127) * scale
+# ```
+#
+# Everything in it can stay on the GPU. The maximum can stay a 0-dimensional tensor; the branch can become a
+# `torch.where` that picks, element by element, between the two results (both are cheap to compute, and the
+# choice costs no traffic once fused); and the scale can be computed where it is used. Then Dynamo sees one
+# graph, and Inductor can turn it into a reduction (split in two kernels for a tensor this large: partial maxima,
+# then their maximum) and one pointwise kernel that reads `x` once more and writes the result: `3|x|`.
+#
+# The cell below shows what Dynamo makes of the broken version, and on a GPU the kernels its compiled form
+# launches.
+
+# %% nbgrader={"grade": false, "grade_id": "fq-report", "locked": true, "schema_version": 3, "solution": false}
+x_fq = torch.randn(256, 256, device=DEVICE, dtype=torch.bfloat16 if ON_GPU else torch.float32)
+print(f"fake_quant_broken: {graph_report(fq_ops.fake_quant_broken, x_fq)}")
+if ON_GPU and may_compile("fake_quant_broken, compiled"):
+    torch._dynamo.reset()
+    _, code = run_code(torch.compile(fq_ops.fake_quant_broken), x_fq)
+    print(f"its compiled form launches, graph by graph: {launches_in_code(code)}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fq-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 2: `fake_quant`
+# Write `fake_quant(x) -> y` in plain PyTorch, with the results of `fake_quant_broken` (an all-zero `x` gives
+# zeros back), but with no `.item()` and no Python branch on data: `torch.where` instead. Compute in float32
+# (`x.float()`: the scale and the division in bf16 would round differently from the reference) and return `y` in
+# `x`'s dtype. Mind the zero case inside `torch.where`: `x / 0` is `nan`, and a `nan` in the branch not taken is
+# still computed, which is harmless in a `where` but not in a product; a scale of 1 where `amax == 0` avoids it.
+#
+# Graded: **correctness** against the reference on several shapes and dtypes, all-zero input included;
+# **graph**: `torch.compile(fake_quant, fullgraph=True)` traces it without a break; **kernels** (GPU): the
+# compiled version launches at most three kernels (a split reduction's two and one pointwise); **performance**
+# (GPU): the compiled version's time as a fraction of the copy bandwidth, counting two reads and one write of `x`.
+
+# %% nbgrader={"grade": false, "grade_id": "fake_quant", "locked": false, "schema_version": 3, "solution": true}
+### BEGIN SOLUTION
+# include: kernels/fake_quant.py (fake_quant)
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "fake_quant-try", "locked": true, "schema_version": 3, "solution": false}
+check("06.fake_quant", fake_quant)
+
+# %% nbgrader={"grade": true, "grade_id": "test_fake_quant_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("06.fake_quant", fake_quant, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fake_quant_graph", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("06.fake_quant", fake_quant, criteria=["graph"]).assert_passed("graph")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fake_quant_kernels", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("06.fake_quant", fake_quant, criteria=["kernels"]).assert_passed("kernels")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fake_quant_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("06.fake_quant", fake_quant, criteria=["performance"]).assert_passed("performance")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fq-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your repair against the model
+#
+# The cell reports your function's graphs (on any machine), then on a GPU times it compiled next to the broken
+# version, eager and compiled, at 8192 × 8192 bf16, lists the GPU events of your compiled version, and draws
+# each against the model (`11|x|` eager, `3|x|` fused). On an H100 the course measured the repaired version at
+# 0.151 ms in three kernels, against 0.223 ms for the compiled version with its break.
+
+# %% nbgrader={"grade": false, "grade_id": "fq-measure", "locked": true, "schema_version": 3, "solution": false}
+try:
+    print(f"your fake_quant: {graph_report(fake_quant, x_fq)}")
+    FQ_WRITTEN = True
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+    if not not_written(exc):
+        raise
+    print(f"your fake_quant: not written yet ({type(exc).__name__}: {exc})")
+    FQ_WRITTEN = False
+if ON_GPU and FQ_WRITTEN and may_compile("fake quant, yours against the broken version"):
+    xq = torch.randn(*FQ_SHAPE, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    broken_c, yours_c = torch.compile(fq_ops.fake_quant_broken), torch.compile(fake_quant)
+    with quiet():
+        fq_ms = bench_versions({"eager": lambda: fq_ops.fake_quant_broken(xq),
+                                "compiled, with the break": lambda: broken_c(xq),
+                                "your fake_quant, compiled": lambda: yours_c(xq)}, desc="fake quant")
+    fq_model["your fake_quant, compiled"] = model_ms(3 * fq_bytes)
+    print_kernel_table(gpu_kernel_table(yours_c, xq), "GPU events of your compiled fake_quant:")
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    names = bars_against_model(ax, fq_ms, fq_model, "ms (8192 x 8192 bf16)", f"fake quant, {peak_label}", ON_GPU)
+    plt.tight_layout()
+    plt.show()
+    print_against_model(names, fq_ms, fq_model, 3 * fq_bytes, bw_gbps)
+elif not ON_GPU:
+    print("No GPU: not timed.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "limits-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 5. The limits: registers, launches, autotuning
+#
+# ### Registers and spills
+#
+# A fused kernel keeps its intermediates in registers, and registers are finite: 65536 32-bit registers per
+# multiprocessor on recent NVIDIA GPUs, at most 255 per thread. A program that holds a block of `BLOCK_N`
+# elements spreads them over its `32 · num_warps` threads; past what fits, the compiler **spills** registers
+# to local memory (a slice of HBM, cached in L1), and every spill is extra traffic and latency. Fewer
+# registers per thread also means more warps can share a multiprocessor and hide each other's loads; more means
+# fewer.
+#
+# The kernel below (a row argmax, one program per row) is given: it streams a row in chunks of `BLOCK_N`, keeping
+# per lane a running maximum and the position where it was reached, two values per element of the block. The
+# cell compiles it for a range of `BLOCK_N` with 4 and with 16 warps, without running it
+# (`kernel.warmup(…, grid=…)`), and reads the compiled binary's `n_regs` (registers per thread) and `n_spills`.
+# On an H100, the course saw `BLOCK_N = 32768` with 4 warps spill 622 registers, and no spill up to 16384 with
+# 32 warps. Exercise 3 launches this kernel.
+
+# %% nbgrader={"grade": false, "grade_id": "row_argmax_kernel", "locked": true, "schema_version": 3, "solution": false}
+# include: kernels/row_argmax.py (_row_argmax_kernel)
+
+# %% nbgrader={"grade": false, "grade_id": "spills", "locked": true, "schema_version": 3, "solution": false}
+SPILL_BLOCKS = runtime.demo_points([1024, 2048, 4096, 8192, 16384, 32768], keep=4)
+SPILL_WARPS = (4, 16)
+regs = {w: [] for w in SPILL_WARPS}
+spills = {w: [] for w in SPILL_WARPS}
+if ON_GPU:
+    xs = torch.randn(64, 32768, device="cuda", dtype=torch.bfloat16)
+    outs = torch.empty(64, device="cuda", dtype=torch.int64)
+    for w in SPILL_WARPS:
+        for b in tqdm(SPILL_BLOCKS, desc=f"compiling, {w} warps"):
+            try:
+                k = _row_argmax_kernel.warmup(xs, outs, xs.shape[1], xs.stride(0), 64, grid=(64,), BLOCK_N=b,
+                                              num_warps=w)
+                k._init_handles()
+                regs[w].append(k.n_regs)
+                spills[w].append(k.n_spills)
+            except Exception as exc:  # noqa: BLE001  a block that cannot compile at all is a point of the plot too
+                print(f"BLOCK_N={b}, {w} warps: did not compile ({type(exc).__name__}: {str(exc)[:120]})")
+                regs[w].append(np.nan)
+                spills[w].append(np.nan)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
+    for w in SPILL_WARPS:
+        ax.semilogx(SPILL_BLOCKS, regs[w], "o-", base=2, label=f"{w} warps")
+        bx.semilogx(SPILL_BLOCKS, spills[w], "o-", base=2, label=f"{w} warps")
+    ax.axhline(255, color="k", ls="--", lw=1, label="the most a thread can have")
+    ax.set_ylabel("registers per thread")
+    bx.set_ylabel("registers spilled")
+    for axis in (ax, bx):
+        axis.set_xlabel("BLOCK_N")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.suptitle(f"_row_argmax_kernel on {peak_label}")
+    plt.tight_layout()
+    plt.show()
+    for w in SPILL_WARPS:
+        print(f"{w:>2} warps: " + "  ".join(f"{b}: {r} regs, {s} spilled"
+                                             for b, r, s in zip(SPILL_BLOCKS, regs[w], spills[w])))
+    del xs, outs
+else:
+    print("No GPU: registers and spills belong to a compiled GPU binary; the interpreter has neither.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "launch-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: registers per thread grow with `BLOCK_N / (32 · num_warps)`, the elements each thread
+# holds; once they reach the ceiling, spills appear. More warps split the same block over more threads, so
+# sixteen warps reach the ceiling at a block four times larger than four warps do.
+#
+# ### The launch-overhead plateau
+#
+# Every kernel launch costs the host a few microseconds, and a small kernel takes less than that on the GPU. Time
+# a chain of four small ops (`sigmoid(2x + 1) · x`: multiply, add, sigmoid, multiply) over growing sizes, and at
+# the small end the time stops falling: the GPU waits for the host. Fusion helps twice there (one launch instead
+# of four); a CUDA graph (`mode="reduce-overhead"`) replays the launches without the host's per-launch work.
+# The model: `launches × the measured launch time + bytes / copy bandwidth`. Eager moves `9|x|` (multiply,
+# add and sigmoid read one tensor and write one; the last multiply reads two), the fused kernel `2|x|`.
+
+# %% nbgrader={"grade": false, "grade_id": "launch", "locked": true, "schema_version": 3, "solution": false}
+def tiny_chain(x):
+    return torch.sigmoid(x * 2 + 1) * x
+
+
+LAUNCH_SIZES = runtime.demo_points([2**k for k in range(10, 27, 2)])
+launch_ms = {}
+if ON_GPU and may_compile("the launch-overhead sweep"):
+    torch._dynamo.reset()
+    cfg = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    setattr(cfg, limit, max(getattr(cfg, limit), len(LAUNCH_SIZES) + 1))  # one specialisation per size
+
+    def tiny_chain_graphed(x):  # a frame of its own, so that each mode keeps its own compiled entries
+        return tiny_chain(x)
+
+    chain_default = torch.compile(tiny_chain, dynamic=False)
+    chain_graphs = torch.compile(tiny_chain_graphed, mode="reduce-overhead", dynamic=False)
+    for n in tqdm(LAUNCH_SIZES, desc="sizes"):
+        x = torch.randn(n, device="cuda")
+        with quiet():
+            for name, fn in (("eager (4 kernels)", tiny_chain), ("compiled", chain_default),
+                             ("compiled, CUDA graph", chain_graphs)):
+                launch_ms.setdefault(name, []).append(bench_ms(lambda: fn(x)))
+    t_launch = launch_seconds(profile) * 1e3
+    sizes_bytes = np.array(LAUNCH_SIZES, dtype=float) * 4
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, ms in launch_ms.items():
+        ax.loglog(LAUNCH_SIZES, np.array(ms) * 1e3, "o-", label=name)
+    ax.loglog(LAUNCH_SIZES, (4 * t_launch + model_ms(9 * sizes_bytes)) * 1e3, "k--", label="model: 4 launches + 9|x|")
+    ax.loglog(LAUNCH_SIZES, (t_launch + model_ms(2 * sizes_bytes)) * 1e3, "k:", label="model: 1 launch + 2|x|")
+    ax.set_xlabel("elements (float32)")
+    ax.set_ylabel("µs per call")
+    ax.set_title(peak_label)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.show()
+    for i, n in enumerate(LAUNCH_SIZES):
+        print(f"{n:>9} elements: " + "  ".join(f"{name} {ms[i] * 1e3:7.1f} us" for name, ms in launch_ms.items()))
+elif not ON_GPU:
+    print("No GPU: launch overhead is a GPU's; not measured here.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "autotune-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: above a few million elements every line follows its bytes, eager about four times above
+# the fused ones. Below the bend the lines go flat: eager at about four launches, the compiled version at one
+# launch plus the Python of its wrapper (guards, argument checks), the CUDA graph lowest. In that flat region,
+# fusing saves launches rather than bytes.
+#
+# ### What autotuning costs
+#
+# `@triton.autotune` runs every configuration the first time it meets a new key, and keeps the fastest for that
+# key. The first call pays for compiling and timing them all; the ones after it pay nothing. The cell times the
+# first and second calls of a small autotuned kernel with eight configurations, by the wall clock.
+
+# %% nbgrader={"grade": false, "grade_id": "autotune", "locked": true, "schema_version": 3, "solution": false}
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024, 4096, 8192) for w in (4, 8)],
+                 key=["n"])
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    _scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+    return y
+
+
+if ON_GPU:
+    x = torch.randn(2**24, device="cuda")
+    walls = []
+    for _ in range(2):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        scale(x)
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - start)
+    print(f"first call {walls[0] * 1e3:.0f} ms (compile and time 8 configurations), second {walls[1] * 1e3:.3f} ms; "
+          f"chosen: {_scale_kernel.best_config}")
+    print(f"the kernel itself: {bench_ms(lambda: scale(x)):.3f} ms, model {model_ms(8 * x.numel()):.3f} ms")
+else:
+    print("No GPU: not timed (in the interpreter the autotuner runs each configuration once, by the wall clock).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "argmax-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 6. Launch settings per shape
+#
+# A kernel's best `BLOCK_N` and `num_warps` depend on the shape it runs on. Take the row argmax above at two
+# shapes from a language model:
+#
+# * **decode**: 64 rows of a 128256-word vocabulary (bf16). Only 64 programs for about 130 multiprocessors: each
+#   program must keep many loads in flight by itself, so large blocks and many warps win;
+# * **training**: 16384 rows of 32000. Programs queue up on every multiprocessor, and small blocks with few warps
+#   let more of them run at once.
+#
+# Measured in the course's runs on an H100, as fractions of copy bandwidth (bytes of `x` read over the time):
+#
+# | config | decode 64 × 128256 | training 16384 × 32000 |
+# |---|---|---|
+# | `BLOCK_N` 1024, 4 warps | 0.09 | 0.98 |
+# | 4096, 8 warps | 0.14 | |
+# | 4096, 4 warps, 3 stages | | 0.99 |
+# | 8192, 16 warps | 0.23 | |
+# | 16384, 32 warps | 0.31 | 0.65 |
+# | `torch.argmax` | 0.13 | 0.59 |
+#
+# No one setting is best at both. `triton.autotune(configs=[…], key=[…])` picks per shape: it times every
+# config the first time it sees a new value of the **key** arguments and reuses that choice whenever the key
+# repeats. So the key decides when it re-tunes. Key on the row length alone, and a choice made on the grader's
+# small test of 3 rows of 32000 would be reused for 16384 rows of 32000. Key on the row count too, but not on
+# its exact value (every batch size would re-tune): pass a bucket, `rows_bucket =
+# triton.next_power_of_2(min(M, 4096))`, as an extra integer argument. The given kernel takes it
+# (`_row_argmax_kernel(x_ptr, out_ptr, n_cols, stride_row, rows_bucket, BLOCK_N)`) and does not read it; it is
+# there for the key.
+#
+# ### Exercise 3: `row_argmax`
+# Write `row_argmax(x) -> indices` (int64, shape `(M,)`, the first position of each row's maximum) for a 2-D
+# `x` whose last dimension is contiguous, launching the given kernel one program per row through your own
+# `triton.autotune` wrapper of it:
+#
+# ```python
+# ROW_ARGMAX_CONFIGS = [triton.Config({"BLOCK_N": 1024}, num_warps=4), ...]
+# _row_argmax_tuned = triton.autotune(configs=ROW_ARGMAX_CONFIGS, key=[...])(_row_argmax_kernel)
+#
+# def row_argmax(x):
+#     ...  # out = torch.empty(M, dtype=torch.int64, ...); _row_argmax_tuned[(M,)](x, out, N, x.stride(0), bucket)
+# ```
+#
+# Every config must compile without spilling at the shapes graded (section 5's plot shows where spills start).
+# Graded: **correctness** (ties between equal maxima included); **performance** (GPU), at both shapes: at least
+# 0.12 of copy bandwidth at the decode shape and 0.55 at the training shape, and no register spills.
+
+# %% nbgrader={"grade": false, "grade_id": "row_argmax", "locked": false, "schema_version": 3, "solution": true}
+### BEGIN SOLUTION
+# include: kernels/row_argmax_tuned.py (ROW_ARGMAX_CONFIGS, _row_argmax_tuned, row_argmax)
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "row_argmax-try", "locked": true, "schema_version": 3, "solution": false}
+check("06.row_argmax", row_argmax)
+
+# %% nbgrader={"grade": true, "grade_id": "test_row_argmax_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("06.row_argmax", row_argmax, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_row_argmax_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("06.row_argmax", row_argmax, criteria=["performance"]).assert_passed("performance")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "argmax-sweep-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Every config at both shapes
+#
+# The cell launches the given kernel with each of a set of configs at the two graded shapes, with
+# `torch.argmax` and your `row_argmax`, and draws the fractions of copy bandwidth as a heat map. Find the
+# config your autotuner chose at each shape in it. GPU only.
+
+# %% nbgrader={"grade": false, "grade_id": "argmax-sweep", "locked": true, "schema_version": 3, "solution": false}
+SWEEP = runtime.demo_points([(1024, 4, 2), (2048, 4, 2), (4096, 4, 3), (4096, 8, 2), (8192, 8, 2), (8192, 16, 2),
+                             (16384, 16, 2), (16384, 32, 2)], keep=4)
+ARGMAX_SHAPES = {"decode 64 x 128256": (64, 128256), "training 16384 x 32000": (16384, 32000)}
+
+
+def launch_given(x, out, block, warps, stages):
+    _row_argmax_kernel[(x.shape[0],)](x, out, x.shape[1], x.stride(0), 1, BLOCK_N=block, num_warps=warps,
+                                      num_stages=stages)
+    return out
+
+
+if ON_GPU:
+    frac = np.full((len(SWEEP) + 2, len(ARGMAX_SHAPES)), np.nan)
+    row_names = [f"BLOCK_N {b}, {w} warps, {s} stages" for b, w, s in SWEEP] + ["torch.argmax", "your row_argmax"]
+    for j, (shape_name, (m, n)) in enumerate(ARGMAX_SHAPES.items()):
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(m, device="cuda", dtype=torch.int64)
+        versions = {name: (lambda b=b, w=w, s=s: launch_given(x, out, b, w, s))
+                    for name, (b, w, s) in zip(row_names, SWEEP)}
+        versions["torch.argmax"] = lambda: torch.argmax(x, dim=-1)
+        versions["your row_argmax"] = lambda: row_argmax(x)
+        times = bench_versions(versions, desc=shape_name)
+        for i, name in enumerate(row_names):
+            if name in times:
+                frac[i, j] = ra_ops.row_argmax_bytes(x) / (times[name] * 1e6) / bw_gbps
+        chosen = getattr(globals().get("_row_argmax_tuned"), "best_config", None)
+        if chosen is not None:
+            print(f"{shape_name}: your autotuner chose {chosen}")
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(row_names) + 1.2))
+    im = ax.imshow(frac, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(ARGMAX_SHAPES)), list(ARGMAX_SHAPES))
+    ax.set_yticks(range(len(row_names)), row_names)
+    for (i, j), f in np.ndenumerate(frac):
+        if not np.isnan(f):
+            ax.text(j, i, f"{f:.2f}", ha="center", va="center", color="w" if f < 0.6 else "k", fontsize=9)
+    fig.colorbar(im, label="fraction of copy bandwidth")
+    ax.set_title(f"row argmax, bf16, {peak_label}")
+    plt.tight_layout()
+    plt.show()
+    del x, out
+else:
+    print("No GPU: configs are compared on a GPU only.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "profile-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 7. Profiling: did fusion happen?
+#
+# ### torch.profiler, kernel by kernel
+#
+# The most direct check is the list of kernels the GPU ran. `gpu_kernel_table(fn, *args)` (in
+# `autograder/inductor.py`) wraps `torch.profiler` with CUDA activity only, calls `fn` twice to warm up, profiles
+# one call, and groups the GPU's events by name: count and time. The cell runs it on one transformer block
+# written in plain PyTorch (RMSNorm, attention through SDPA with a causal mask, a SwiGLU MLP, two residual adds),
+# eager and compiled, and splits the time into matrix products, attention and everything else. The products and
+# the attention kernel are the same library calls in both; what changes is the rest.
+
+# %% nbgrader={"grade": false, "grade_id": "profile", "locked": true, "schema_version": 3, "solution": false}
+def rms(x, w, eps=1e-5):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def transformer_block(x, p, n_heads):
+    B, T, D = x.shape
+    q, k, v = (rms(x, p["norm1"]) @ p["wqkv"]).split(D, dim=-1)
+    q, k, v = (t.view(B, T, n_heads, D // n_heads).transpose(1, 2) for t in (q, k, v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + a.transpose(1, 2).reshape(B, T, D) @ p["wo"]
+    h = rms(x, p["norm2"])
+    return x + (F.silu(h @ p["w_gate"]) * (h @ p["w_up"])) @ p["w_down"]
+
+
+def kind_of(name):
+    lowered = name.lower()
+    if any(s in lowered for s in ("flash", "fmha", "attention", "sdpa")):
+        return "attention"
+    if any(s in lowered for s in ("gemm", "nvjet", "cutlass", "sm90_", "sm80_", "xmma", "matmul")):
+        return "matrix products"
+    return "everything else"
+
+
+tables = {}
+if ON_GPU and may_compile("the transformer block, compiled"):
+    TB, TT, TD, THEADS, TF = 2, 2048, 2048, 16, 5632
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def param(*shape, scale=0.02):
+        return (scale * torch.randn(*shape, device="cuda", generator=gen)).to(torch.bfloat16)
+
+    p = {"norm1": 1 + param(TD), "norm2": 1 + param(TD), "wqkv": param(TD, 3 * TD), "wo": param(TD, TD),
+         "w_gate": param(TD, TF), "w_up": param(TD, TF), "w_down": param(TF, TD)}
+    xt = torch.randn(TB, TT, TD, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    block_compiled = torch.compile(transformer_block)
+    for name, fn in (("eager", transformer_block), ("compiled", block_compiled)):
+        tables[name] = gpu_kernel_table(fn, xt, p, THEADS)
+        print_kernel_table(tables[name], f"\n{name}:")
+    x_bytes = TB * TT * TD * 2
+    # The floor of everything else: two RMSNorms (read, write), two residual adds (read 2, write 1), SwiGLU's
+    # activation (read gate and up, write one): with the products' outputs counted as they come.
+    floor_ms = model_ms(2 * 2 * x_bytes + 2 * 3 * x_bytes + 3 * TB * TT * TF * 2)
+    KINDS = ("matrix products", "attention", "everything else")
+    by_kind = {name: {kind: (sum(r.total_us for r in rows if kind_of(r.name) == kind) / 1e3,
+                             sum(r.count for r in rows if kind_of(r.name) == kind)) for kind in KINDS}
+               for name, rows in tables.items()}
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    left = np.zeros(len(tables))
+    for kind, color in zip(KINDS, ("C0", "C1", "C2")):
+        ms = np.array([by_kind[name][kind][0] for name in tables])
+        counts = " / ".join(str(by_kind[name][kind][1]) for name in tables)
+        ax.barh(list(tables), ms, left=left, color=color, label=f"{kind} ({counts} kernels)")
+        left += ms
+    libraries_ms = by_kind["compiled"]["matrix products"][0] + by_kind["compiled"]["attention"][0]
+    ax.axvline(libraries_ms + floor_ms, color="k", ls="--", lw=1,
+               label="compiled products + attention, + the model's floor for the rest")
+    ax.set_xlabel("ms of GPU time, one forward pass")
+    ax.set_title(f"transformer block {TB}x{TT}x{TD}, {peak_label}")
+    ax.legend(fontsize=7, loc="lower right")
+    plt.tight_layout()
+    plt.show()
+    for name in tables:
+        ms, count = by_kind[name]["everything else"]
+        print(f"{name}: everything else {count} kernels, {ms:.3f} ms; the model's floor for it {floor_ms:.3f} ms")
+    del xt, p
+elif not ON_GPU:
+    print("No GPU: torch.profiler's CUDA table needs one. On a CPU, torch.profiler.profile(activities=[CPU]) lists "
+          "the operators instead.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ncu-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: the same matrix products and attention kernel in both tables; in the eager one, a long tail
+# of elementwise and reduction kernels (the RMSNorms alone are several each); in the compiled one, a handful of
+# `triton_…` kernels, and their time close to the model's floor.
+#
+# ### Nsight Compute: count the bytes
+#
+# Times can mislead (a cache, a clock). The hardware's counters say how many bytes crossed between DRAM and L2.
+# Profile a kernel with `ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum` and compare with the model:
+# if a fusion worked, the bytes dropped by what the model predicts. The cell profiles, in a subprocess, a SiLU
+# written as `x * sigmoid(x)` (two kernels: `2|x|` then `3|x|`, `5|x|` in all) against PyTorch's fused
+# `F.silu` (`2|x|`) on 2²⁶ float32 values, if `ncu` is installed. Reading the counters needs permission
+# (on many machines only root, or a driver set to `NVreg_RestrictProfilingToAdminUsers=0`); without it ncu
+# reports `ERR_NVGPUCTRPERM`, and the cell says so.
+
+# %% nbgrader={"grade": false, "grade_id": "ncu", "locked": true, "schema_version": 3, "solution": false}
+NCU_SCRIPT = """
+import sys, torch, torch.nn.functional as F
+x = torch.empty(2**26, device="cuda").uniform_(-4, 4)
+torch.cuda.synchronize()
+torch.cuda.nvtx.range_push("measured")
+y = x * torch.sigmoid(x) if sys.argv[1] == "unfused" else F.silu(x)
+torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+"""
+
+
+def ncu_bytes(script_path, mode):
+    """(bytes read + written by DRAM in the 'measured' range, a note); bytes None when it could not be counted."""
+    cmd = ["ncu", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum", "--nvtx", "--nvtx-include", "measured/",
+           "--csv", "--print-units", "base", sys.executable, script_path, mode]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"ncu did not run: {exc}"
+    text = done.stdout + done.stderr
+    if "ERR_NVGPUCTRPERM" in text:
+        return None, ("ERR_NVGPUCTRPERM: this user may not read the GPU's performance counters (ask for "
+                      "NVreg_RestrictProfilingToAdminUsers=0, or run ncu as root)")
+    total, kernels = 0.0, set()
+    lines = [line for line in done.stdout.splitlines() if line.startswith('"')]
+    for row in csv.DictReader(io.StringIO("\n".join(lines))):
+        if row.get("Metric Name", "").startswith("dram__bytes_"):
+            total += float(row["Metric Value"].replace(",", ""))
+            kernels.add((row.get("ID"), row.get("Kernel Name", "")[:60]))
+    if not kernels:
+        return None, "no counters in ncu's output; its last lines:\n" + "\n".join(text.splitlines()[-8:])
+    return total, f"{len(kernels)} kernel(s)"
+
+
+if not ON_GPU:
+    print("No GPU: Nsight Compute profiles GPU kernels only.")
+elif shutil.which("ncu") is None:
+    print("ncu (Nsight Compute) is not on PATH: install the CUDA toolkit's nsight-compute to count DRAM bytes.")
+elif runtime.small_demos():
+    print("ncu: skipped while the grader runs this notebook (each profile takes seconds to minutes)")
+else:
+    n_bytes = 2**26 * 4
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/silu.py"
+        with open(path, "w") as f:
+            f.write(NCU_SCRIPT)
+        for mode, model in (("unfused", 5), ("fused", 2)):
+            counted, note = ncu_bytes(path, mode)
+            if counted is None:
+                print(f"{mode}: not counted. {note}")
+                break
+            print(f"{mode:<8} DRAM bytes {counted / 2**20:8.0f} MiB ({note}); model {model}|x| = "
+                  f"{model * n_bytes / 2**20:.0f} MiB")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "when-not-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 8. When not to fuse
+#
+# Fusion removes traffic; it can add other costs, and then it loses:
+#
+# * **Register pressure.** Each op fused into a kernel keeps its values live in registers. Past the per-thread
+#   ceiling the kernel spills (section 5), and before that, fewer warps fit on a multiprocessor to hide
+#   memory latency. A kernel that fuses too much can run slower than two that each stream at full speed.
+# * **Shared memory.** A GEMM's tiles already take most of a multiprocessor's shared memory; an epilogue or a
+#   prologue that needs its own staging buffers can leave room for fewer blocks, or for smaller tiles.
+# * **Tile shapes that do not match.** A producer tiled one way and a consumer tiled another cannot share
+#   registers without a reshuffle. Inductor declines such fusions; by hand you pay for the shuffle or for the trip
+#   through memory.
+# * **Recomputation.** Training needs some intermediates again in the backward pass. A fused forward that never
+#   writes one must either recompute it in the backward (cheap for pointwise ops, which is what
+#   `torch.compile`'s partitioner chooses by default) or write it anyway, and then that write is not saved.
+# * **Your time.** A hand-fused kernel must be written, tested, tuned per shape (section 6) and kept working. If
+#   the compiler gets within a few percent, or the chain is a small fraction of the step, leave it to the
+#   compiler.
+#
+# ## What to take away
+#
+# * Inductor fuses pointwise and reduction chains on its own; read what it did from the generated code
+#   (`run_and_get_code`, `TORCH_LOGS="output_code"`) and check the result against the cost model.
+# * It stops at graph breaks (host syncs, data-dependent shapes, untraceable calls) and at the boundary of a
+#   library call such as a GEMM: nothing streams through a matrix product unless you write that kernel.
+# * `triton_op` + `wrap_triton` + `register_autograd` put your own kernels inside a compiled graph, forward and
+#   backward, with the compiler's fusions around them.
+# * Launch settings belong to a shape; `triton.autotune` chooses them per key, and the key must name what
+#   changes the answer.
+# * Profile: the kernel list says whether fusion happened, the DRAM counters say whether it saved the bytes.
