@@ -194,8 +194,11 @@ def kernels(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
     """The GPU kernels one call of the compiled harness (with its backward, where gradients are graded) launches:
     the student's own Triton kernels among them where required, and at most max_kernels others."""
     if not runtime.has_gpu():
-        return CriterionResult("kernels", SKIPPED, "not counted (no GPU): the kernels Inductor launches exist "
-                               "only on a GPU")
+        why = "not counted (no GPU): the kernels Inductor launches exist only on a GPU"
+        if cfg.require_performance:  # as performance: a class graded without a GPU earns none of these points
+            return CriterionResult("kernels", FAILED, why + ", and this course's grading configuration requires "
+                                   "the GPU criteria: grade on a machine with a CUDA GPU")
+        return CriterionResult("kernels", SKIPPED, why)
     dtype = torch.bfloat16
     inputs = _inputs(ex, ex.kernels_shape, dtype, _seed(cfg.secret_seed, "kernels"))
     own = set()

@@ -20,8 +20,9 @@ from autograder import build
 
 pytestmark = pytest.mark.slow
 NB1, NB2, NB3, NB4 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"
-NB5 = "05_streaming_reduction_fusion"
-NOTEBOOKS = [NB1, NB2, NB3, NB4, NB5]
+NB5, NB6 = "05_streaming_reduction_fusion", "06_compiler_fusion"
+NOTEBOOKS = [NB1, NB2, NB3, NB4, NB5, NB6]
+GPU_ONLY = ("_performance", "_kernels")  # cells whose criterion needs a GPU: required, so 0 here for everyone
 
 # carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
 CAROL = {
@@ -40,7 +41,7 @@ def fused_chain(x, bias, alpha):
         "layer_traffic": None,  # the solution
     },
     NB2: {
-        "rmsnorm": ("rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)",
+        "rmsnorm": ("rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + tl.cast(eps, tl.float32))",
                     "rstd = 1.0 / (tl.sqrt(tl.sum(x * x, axis=0) / H) + eps)"),
         "add_rmsnorm": ("    sf = s.to(tl.float32)\n", "    sf = x.to(tl.float32)\n"),
         "layernorm": ("    xc = tl.where(mask, d - mean_d, 0.0)  # the padding lanes must not count in the variance\n"
@@ -72,6 +73,14 @@ def fused_chain(x, bias, alpha):
                                  "logits = tl.where(rv[None, :] < V, logits.to(tl.float16).to(tl.float32), "
                                  "-float(\"inf\"))"),
     },
+    NB6: {
+        "rmsnorm_op": ("RMSNORM_OP_AUTOGRAD = rmsnorm_op.register_autograd(_rmsnorm_op_backward, "
+                       "setup_context=_rmsnorm_op_setup)", "RMSNORM_OP_AUTOGRAD = None  # the backward forgotten"),
+        # The version handed out to repair, handed back as it was: right numbers, two graphs.
+        "fake_quant": "def fake_quant(x):\n    return fq_ops.fake_quant_broken(x)\n",
+        # The row stride forgotten: the padded case reads the wrong rows.
+        "row_argmax": ("_row_argmax_tuned[(m,)](x, out, n, x.stride(0),", "_row_argmax_tuned[(m,)](x, out, n, n,"),
+    },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
 # numbers, but torch computes them: correctness and precision name that, fusion names the missing kernel.
@@ -87,6 +96,7 @@ CAROL_FAILS = {
     NB4: {f"test_{ex}_{c}" for ex in ("gemm_gelu_residual", "swiglu") for c in ("correctness", "precision")},
     NB5: {f"test_{ex}_{c}" for ex in ("softmax", "flash_attention", "linear_cross_entropy")
           for c in ("correctness", "precision")},
+    NB6: {"test_rmsnorm_op_correctness", "test_fake_quant_graph", "test_row_argmax_correctness"},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
@@ -97,8 +107,9 @@ CAROL_FEEDBACK = {
     NB4: ["the residual went inside the GELU", "SiLU is gate * sigmoid(gate)"],
     NB5: ["never divided by the row's sum", "not scaled by 1/sqrt(D)", "the logits were rounded to the inputs' dtype",
           "allowed"],
+    NB6: ["register_autograd", "Tensor.item()", "5x4097 padded", "not counted (no GPU)"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22), NB6: (23, 13)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):
@@ -175,7 +186,7 @@ def test_solution_gets_full_marks_on_every_cpu_gradable_cell(graded, name):
     work, _ = graded
     scores = _scores(work, "alice", name)
     for cell, (score, max_score) in scores.items():
-        if cell.endswith("_performance"):
+        if cell.endswith(GPU_ONLY):
             assert score == 0, "grading.toml requires performance: without a GPU it must not pass"
         else:
             assert score == max_score > 0, (cell, score, max_score)
@@ -193,7 +204,7 @@ def test_planted_bugs_fail_exactly_the_expected_cells(graded, name):
     work, _ = graded
     scores = _scores(work, "carol", name)
     failed = {cell for cell, (score, _) in scores.items() if score == 0}
-    performance = {cell for cell in scores if cell.endswith("_performance")}
+    performance = {cell for cell in scores if cell.endswith(GPU_ONLY)}
     assert failed == CAROL_FAILS[name] | performance
 
 
