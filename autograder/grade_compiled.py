@@ -252,19 +252,38 @@ def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
 
+COMPILE_ATTEMPTS = 3
+
+
 def performance(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    """The compiled function timed as a kernel exercise would be (ex.timed: its shape, bytes and thresholds)."""
+    """The compiled function timed as a kernel exercise would be (ex.timed: its shape, bytes and thresholds).
+
+    Inductor benchmarks several configurations of each reduction kernel at its first call and keeps the fastest;
+    a disturbed benchmark can keep a slow one (once in five gradings of the reference solution on an H100: 0.43 ms
+    instead of 0.15). That choice is the compiler's, not the student's: a failing measurement is taken again
+    from a fresh compilation, up to COMPILE_ATTEMPTS times, and the best one graded."""
     from .grade_perf import performance as kernel_performance
 
     if not runtime.has_gpu():
         return kernel_performance(ex.timed, fn, cfg)  # not measured, in the kernel exercises' words
+    best = None
     with compiler_quiet():
-        torch._dynamo.reset()
-        step_fn = torch.compile(fn, dynamic=False)
         try:
-            return kernel_performance(ex.timed, step_fn, cfg)
+            for attempt in range(1, COMPILE_ATTEMPTS + 1):
+                torch._dynamo.reset()
+                result = kernel_performance(ex.timed, torch.compile(fn, dynamic=False), cfg)
+                frac = result.figures.get("fraction_of_peak")
+                if best is None or (frac is not None and frac > best.figures.get("fraction_of_peak", -1.0)):
+                    best = result
+                if result.status != FAILED or frac is None:  # passed, not measured, or failed before timing
+                    break
         finally:
             torch._dynamo.reset()
+    if attempt > 1:
+        best.message += (f"\n(Compiled and timed {attempt} times, the best graded: Inductor picks its kernels' "
+                         "configurations by timing them at their first call.)")
+        best.figures["compilations"] = attempt
+    return best
 
 
 GRADERS = {"correctness": correctness, "graph": graph, "kernels": kernels, "performance": performance}

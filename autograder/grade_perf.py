@@ -258,7 +258,7 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
         against = (f"{ms:.3f} ms against {t.eager_ms:.3f} ms for {ex.eager_name} ({speedup:.2f}x)"
                    f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}")
     msg = (
-        f"{what}; needs {min_frac:.2f}. {against}. "
+        f"{what}; needs {min_frac:.2f}. {'' if ex.perf_baseline is ex.eager else against + '. '}"
         f"Shape {shape}, {gk._dtype_name(dtype)}, {prof.name}, medians of {ROUNDS} rounds"
         f"{', in CUDA graphs' if ex.time_in_cuda_graph and not t.note else ''}.{side_note}"
     )

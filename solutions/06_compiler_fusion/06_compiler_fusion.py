@@ -614,7 +614,7 @@ if ON_GPU and may_compile("fake_quant_broken, compiled"):
 # **graph**: `torch.compile(fake_quant, fullgraph=True)` traces it without a break; **kernels** (GPU): the
 # compiled version launches at most three kernels (a split reduction's two and one pointwise); **performance**
 # (GPU): the compiled version's time as a fraction of the copy bandwidth, counting two reads and one write of `x`:
-# at least 0.67, and faster than the broken version run eagerly.
+# at least 0.60 at 8192 × 4096 bf16, and faster than the broken version run eagerly.
 
 # %% nbgrader={"grade": false, "grade_id": "fake_quant", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
