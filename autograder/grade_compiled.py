@@ -10,37 +10,15 @@ shows as stderr; they are kept off it here and the criterion says what they said
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import warnings
-
 import torch
 
 from . import runtime
 from .config import GradingConfig
 from .grade_kernel import _count_gpu_kernels, _dtype_name, _seed, _student_error
+from .inductor import quiet as compiler_quiet  # Dynamo's and Inductor's logs and warnings kept off stderr
 from .report import FAILED, PASSED, SKIPPED, CriterionResult
 from .sandbox import TritonLaunches, to_device_keeping_layout
 from .specs import CompiledExercise
-
-_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx", "torch._functorch", "torch._subclasses")
-
-
-@contextlib.contextmanager
-def compiler_quiet():
-    """Dynamo's and Inductor's log records are dropped for the block (their levels put back afterwards), and
-    the deprecation notices torch's own compilation raises are not the student's business."""
-    loggers = [logging.getLogger(n) for n in _LOGGERS]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def backend() -> str:

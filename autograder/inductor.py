@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 
 # Loggers whose warnings a demonstration provokes on purpose (a graph break is the point of the example).
-_NOISY_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx.experimental.symbolic_shapes")
+_NOISY_LOGGERS = ("torch._dynamo", "torch._inductor", "torch.fx", "torch._functorch", "torch._subclasses")
 
 
 @contextlib.contextmanager
@@ -29,7 +29,7 @@ def quiet():
     saved = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
     try:
         for name in _NOISY_LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)  # an autotuning candidate that fails logs an ERROR
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield

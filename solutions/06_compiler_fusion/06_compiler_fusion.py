@@ -713,14 +713,37 @@ if ON_GPU:
                 print(f"BLOCK_N={b}, {w} warps: did not compile ({type(exc).__name__}: {str(exc)[:120]})")
                 regs[w].append(np.nan)
                 spills[w].append(np.nan)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 3.8))
+    # What the registers cost: how many warps fit on a multiprocessor (occupancy), and the bandwidth each setting
+    # reaches streaming 4096 rows of 32768 (256 MiB), as a fraction of the copy bandwidth.
+    props = torch.cuda.get_device_properties(0)
+    max_warps = getattr(props, "max_threads_per_multi_processor", 2048) // 32
+    regs_per_sm = getattr(props, "regs_per_multiprocessor", 65536)
+    occupancy = {w: [min(max_warps, (regs_per_sm // (r * 32 * w)) * w) / max_warps if r == r and r else np.nan
+                     for r in regs[w]] for w in SPILL_WARPS}
+    xt = torch.randn(4096, 32768, device="cuda", dtype=torch.bfloat16)
+    ot = torch.empty(4096, device="cuda", dtype=torch.int64)
+    copy_frac = {w: [] for w in SPILL_WARPS}
+    for w in SPILL_WARPS:
+        for b, r in zip(SPILL_BLOCKS, regs[w]):
+            if r != r:  # did not compile
+                copy_frac[w].append(np.nan)
+                continue
+            ms = bench_ms(lambda b=b, w=w: _row_argmax_kernel[(4096,)](xt, ot, 32768, 32768, 4096, BLOCK_N=b,
+                                                                      num_warps=w))
+            copy_frac[w].append(xt.numel() * xt.element_size() / (ms * 1e6) / bw_gbps)
+    del xt, ot
+    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 3.8))
     for w in SPILL_WARPS:
         ax.semilogx(SPILL_BLOCKS, regs[w], "o-", base=2, label=f"{w} warps")
         bx.semilogx(SPILL_BLOCKS, spills[w], "o-", base=2, label=f"{w} warps")
+        cx.semilogx(SPILL_BLOCKS, copy_frac[w], "o-", base=2, label=f"{w} warps: bandwidth")
+        cx.semilogx(SPILL_BLOCKS, occupancy[w], "x:", base=2, label=f"{w} warps: occupancy")
     ax.axhline(255, color="k", ls="--", lw=1, label="the most a thread can have")
     ax.set_ylabel("registers per thread")
     bx.set_ylabel("registers spilled")
-    for axis in (ax, bx):
+    cx.set_ylabel("fraction of copy bandwidth / of resident warps")
+    cx.set_ylim(0, 1.05)
+    for axis in (ax, bx, cx):
         axis.set_xlabel("BLOCK_N")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize=8)
@@ -728,8 +751,9 @@ if ON_GPU:
     plt.tight_layout()
     plt.show()
     for w in SPILL_WARPS:
-        print(f"{w:>2} warps: " + "  ".join(f"{b}: {r} regs, {s} spilled"
-                                             for b, r, s in zip(SPILL_BLOCKS, regs[w], spills[w])))
+        print(f"{w:>2} warps: " + "  ".join(f"{b}: {r} regs, {s} spilled, occupancy {o:.2f}, {f:.2f} of copy"
+                                             for b, r, s, o, f in zip(SPILL_BLOCKS, regs[w], spills[w],
+                                                                      occupancy[w], copy_frac[w])))
     del xs, outs
 else:
     print("No GPU: registers and spills belong to a compiled GPU binary; the interpreter has neither.")
@@ -737,7 +761,10 @@ else:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "launch-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: registers per thread grow with `BLOCK_N / (32 · num_warps)`, the elements each thread
 # holds; once they reach the ceiling, spills appear. More warps split the same block over more threads, so
-# sixteen warps reach the ceiling at a block four times larger than four warps do.
+# sixteen warps reach the ceiling at a block four times larger than four warps do. The third panel prices it:
+# occupancy (the share of a multiprocessor's warp slots the register use leaves room for) falls as registers
+# grow, and once a setting spills, its bandwidth falls far below the copy bandwidth, since every spilled value
+# is a store and a load through local memory inside the loop.
 #
 # ### The launch-overhead plateau
 #
