@@ -14,7 +14,7 @@ import torch
 
 from . import runtime
 from .config import GradingConfig
-from .grade_kernel import _count_gpu_kernels, _dtype_name, _seed, _student_error
+from .grade_kernel import _compare, _count_gpu_kernels, _dtype_name, _seed, _student_error
 from .inductor import quiet as compiler_quiet  # Dynamo's and Inductor's logs and warnings kept off stderr
 from .report import FAILED, PASSED, SKIPPED, CriterionResult
 from .sandbox import TritonLaunches, to_device_keeping_layout
@@ -55,12 +55,9 @@ def _close(got, want: torch.Tensor, atol: float, rtol: float, what: str) -> str 
         return f"{what}: got {type(got).__name__}, expected a tensor"
     if got.shape != want.shape:
         return f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-    bad = ~torch.isclose(got.detach().double().cpu(), want.detach().cpu(), atol=atol, rtol=rtol, equal_nan=True)
-    if bool(bad.any()):
-        i = tuple(int(j) for j in bad.nonzero()[0])
-        return (f"{what}: {int(bad.sum())} of {bad.numel()} elements differ (atol={atol:g}, rtol={rtol:g}); first at "
-                f"{list(i)}: got {float(got[i]):.6g}, expected {float(want[i]):.6g}")
-    return None
+    # float64 as the "output dtype": the reference is compared as it is, not rounded first.
+    problem = _compare(got.detach().cpu(), want.detach().cpu(), torch.float64, atol, rtol)
+    return f"{what}: {problem}" if problem else None
 
 
 def _case(ex: CompiledExercise, fn, shape, dtype, seed: int) -> list[str]:
