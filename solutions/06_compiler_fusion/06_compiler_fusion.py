@@ -19,7 +19,8 @@
 #    count them, and time them against the bytes each version must move; then see what the compile modes change
 #    around a matrix product;
 # 2. find where it stops: graph breaks (a host sync, a shape that depends on the data, a `print`), attention
-#    written by hand, and a cross-entropy whose logits it cannot avoid;
+#    written by hand, and a cross-entropy whose logits it cannot avoid, each timed next to your own fused
+#    kernel from notebooks 04 and 05 if you bring it;
 # 3. put **your RMSNorm kernels** from notebook 02 inside a compiled model as a custom op, with a backward pass,
 #    in one graph with the operations around it;
 # 4. **repair** a function so that Inductor can fuse it (a per-tensor int8 fake quantization);
@@ -61,7 +62,8 @@ from autograder.ops import linear_cross_entropy as ce_ops
 from autograder.ops import rmsnorm as rms_ops
 from autograder.ops import row_argmax as ra_ops
 from autograder.plots import bars_against_model, launch_seconds, peaks, print_against_model
-from autograder.timing import bench_ms, bench_versions, not_written, peak_extra_bytes
+from autograder.timing import bench_ms, bench_versions, not_written, peak_extra_bytes, written_versions
+from kernels.matmul import check_gemm_inputs, dot_precision, grouped_tile, tile_dot  # notebooks 04 and 05's helpers
 
 profile = autograder.device_profile()
 print(profile.describe())
@@ -90,6 +92,16 @@ def may_compile(what: str) -> bool:
 def model_ms(n_bytes: float) -> float:
     """The cost model: n_bytes through HBM at the measured copy bandwidth, in ms."""
     return n_bytes / (bw_gbps * 1e6)
+
+
+def yours(name: str):
+    """Your function of that name (section 1's optional cell), looked up when called; until you define it, a
+    stand-in that raises NameError, which the timing helpers report as "not written yet"."""
+    def call(*args, **kwargs):
+        if name not in globals():
+            raise NameError(f"{name} is not defined: paste it into the cell for your kernels from notebooks 04 and 05")
+        return globals()[name](*args, **kwargs)
+    return call
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "fuses-md", "locked": true, "schema_version": 3, "solution": false}
@@ -182,6 +194,35 @@ print_against_model(names, ch_ms, ch_model, 2 * ch_bytes, bw_gbps)
 if not ON_GPU:
     print("No GPU: nothing was timed; the bars show the model at the reference H200's copy bandwidth.")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "yours-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your fused kernels from notebooks 04 and 05 (optional, not graded)
+#
+# Three places below are where Inductor stops short of what you wrote by hand: a GEMM with its epilogue, attention,
+# and a cross-entropy without its logits. Paste your solutions here, each with the kernels and helpers it calls:
+#
+# * `gemm_gelu_residual(x, w, b, r)` from notebook 04's exercise 1 (the pointer version);
+# * `flash_attention(q, k, v, causal=False)` from notebook 05's exercise 2;
+# * `linear_cross_entropy(h, w, targets)` from notebook 05's exercise 3.
+#
+# Each comparison below then times yours next to eager PyTorch and `torch.compile` on the same inputs; a function
+# you leave out is left out of the comparison, with a line that says so. Nothing else in the notebook needs them.
+
+# %% nbgrader={"grade": false, "grade_id": "yours", "locked": false, "schema_version": 3, "solution": true}
+### BEGIN SOLUTION
+# include: kernels/gemm_epilogue.py (gelu_tanh, _epilogue_store, _gemm_gelu_residual_kernel, gemm_launch_settings,
+#     _check_epilogue_inputs, gemm_gelu_residual)
+
+
+# include: kernels/flash_attention.py (LOG2E, _online_softmax_step, _visible, _key_ranges, _attend,
+#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, flash_attention)
+
+
+# include: kernels/linear_cross_entropy.py (_tile_stats, _logit_tile_stats_kernel, _combine_kernel,
+#     ce_launch_settings, _check_inputs, linear_cross_entropy, _combine)
+### END SOLUTION
+
+
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "modes-md", "locked": true, "schema_version": 3, "solution": false}
 # ### The modes, around a matrix product
 #
@@ -197,49 +238,54 @@ if not ON_GPU:
 #   template can take the pointwise ops as its **epilogue** (notebook 04), removing the `2|C|`. The search costs
 #   compile time, tens of seconds here. (`"max-autotune"` adds CUDA graphs.)
 #
-# The cell compiles `gelu(a @ w + b)` in the three modes, lists each one's launches and times it against the
-# model: the product at the measured matmul peak, plus `2|C|` at copy bandwidth where the epilogue is separate.
-# GPU only.
+# The cell compiles notebook 04's `gelu(a @ w + b) + r` in the three modes, lists each one's launches and times
+# it, with your `gemm_gelu_residual` if you brought it, against the model: the product at the measured matmul peak,
+# plus `2|C|` at copy bandwidth where the epilogue is separate. GPU only.
 
 # %% nbgrader={"grade": false, "grade_id": "modes", "locked": true, "schema_version": 3, "solution": false}
-def linear_gelu(a, w, b):
-    return F.gelu(a @ w + b, approximate="tanh")
+def linear_gelu_residual(a, w, b, r):
+    return F.gelu(a @ w + b, approximate="tanh") + r
 
 
 MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+MINE_GEMM = "yours (notebook 04)"
 mode_ms, mode_launches = {}, {}
 if ON_GPU and may_compile("the three compile modes"):
     GM, GK, GN = 8192, 4096, 4096
     a = torch.randn(GM, GK, device="cuda", dtype=torch.bfloat16)
     wg = torch.randn(GK, GN, device="cuda", dtype=torch.bfloat16) / GK**0.5
     bg = torch.randn(GN, device="cuda", dtype=torch.bfloat16)
+    rg = torch.randn(GM, GN, device="cuda", dtype=torch.bfloat16)
     gemm_ms = 1e3 * 2 * GM * GN * GK / (peak_tflops * 1e12)
     c_bytes = GM * GN * 2
     for mode in tqdm(MODES, desc="compiling the modes"):
         torch._dynamo.reset()
         try:
-            fn = torch.compile(linear_gelu, mode=mode)
-            _, code = run_code(fn, a, wg, bg)
+            fn = torch.compile(linear_gelu_residual, mode=mode)
+            _, code = run_code(fn, a, wg, bg, rg)
             mode_launches[mode] = launches_in_code(code)
-            mode_ms[mode] = bench_ms(lambda: fn(a, wg, bg))
+            mode_ms[mode] = bench_ms(lambda: fn(a, wg, bg, rg))
         except Exception as exc:  # noqa: BLE001  a mode this GPU or this PyTorch cannot compile is reported, not fatal
             print(f"{mode}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
-    mode_ms["eager"] = bench_ms(lambda: linear_gelu(a, wg, bg))
+    mode_ms.update(bench_versions({"eager": lambda: linear_gelu_residual(a, wg, bg, rg),
+                                   MINE_GEMM: lambda: yours("gemm_gelu_residual")(a, wg, bg, rg)}, desc="eager, yours"))
     for mode, launches in mode_launches.items():
         fused = not any(n.startswith("extern_kernels") for n in launches)
         model = gemm_ms + (0 if fused else model_ms(2 * c_bytes))
         print(f"{mode:<28} {mode_ms[mode]:.3f} ms (model {model:.3f} ms)  launches: {launches}")
+    if MINE_GEMM in mode_ms:
+        print(f"{MINE_GEMM:<28} {mode_ms[MINE_GEMM]:.3f} ms (model {gemm_ms:.3f} ms)  launches: 1, your kernel")
     print(f"{'eager':<28} {mode_ms['eager']:.3f} ms; the product alone at the matmul peak: {gemm_ms:.3f} ms")
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.barh(list(mode_ms), list(mode_ms.values()), color="C0")
     ax.axvline(gemm_ms, color="k", ls="--", label="the product alone at the matmul peak")
     ax.axvline(gemm_ms + model_ms(2 * c_bytes), color="k", ls=":", label="+ a separate epilogue (2|C|)")
-    ax.set_xlabel(f"ms (gelu({GM}x{GK} @ {GK}x{GN} + b), bf16)")
+    ax.set_xlabel(f"ms (gelu({GM}x{GK} @ {GK}x{GN} + b) + r, bf16)")
     ax.set_title(peak_label)
     ax.legend(fontsize=8)
     plt.tight_layout()
     plt.show()
-    del a, wg, bg
+    del a, wg, bg, rg
 elif not ON_GPU:
     print("No GPU: the modes are compared on a GPU only (CUDA graphs and Triton GEMM templates need one).")
 
@@ -248,7 +294,9 @@ elif not ON_GPU:
 # `"reduce-overhead"`, where the time barely moves because a product this large hides any launch cost; under
 # `"max-autotune-no-cudagraphs"` either a template kernel (`triton_tem_fused_…`) with the GELU inside it, or
 # cuBLAS again if cuBLAS won the benchmark. If the template won, its time should sit near the matmul line, without
-# the `2|C|`. The CUDA graph matters at the other end, for small tensors: section 5 measures that.
+# the `2|C|`. Your notebook-04 kernel is the same fusion, written once and without a search at compile time: set
+# its bar against the template's and the default's. The CUDA graph matters at the other end, for small tensors:
+# section 5 measures that.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "breaks-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 2. Where it stops
@@ -340,8 +388,9 @@ elif not ON_GPU:
 # that recognise common hand-written attention forms and substitute SDPA; the launch list below shows whether
 # yours was recognised.)
 #
-# The cell times the hand-written version eager and compiled against `F.scaled_dot_product_attention` for
-# batch 4, 16 heads, `d = 128`, causal masking left out, and prints the bytes of one copy of the bf16 scores.
+# The cell times the hand-written version eager and compiled against `F.scaled_dot_product_attention` and your
+# notebook-05 `flash_attention` (if you brought it) for batch 4, 16 heads, `d = 128`, causal masking left out, and
+# prints the bytes of one copy of the bf16 scores.
 # Model: the products at the matmul peak, plus four passes over the scores (written, read and written by the
 # softmax, read) for the hand-written versions.
 
@@ -361,7 +410,8 @@ if ON_GPU and may_compile("attention by hand, compiled"):
         q, k, v = (torch.randn(AB, AH, n, AD, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         times = bench_versions({"by hand, eager": lambda: attention_by_hand(q, k, v),
                                 "by hand, compiled": lambda: attn_compiled(q, k, v),
-                                "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, k, v)},
+                                "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, k, v),
+                                "yours (notebook 05)": lambda: yours("flash_attention")(q, k, v)},
                                desc=f"N = {n}")
         for name, ms in times.items():
             attn_ms.setdefault(name, []).append(ms)
@@ -399,8 +449,8 @@ elif not ON_GPU:
 # The same limit, seen in memory: a linear layer followed by cross-entropy (`ce_ops.linear_cross_entropy_eager`)
 # compiled fuses the cast and the log-softmax, but the logits come out of a cuBLAS product and must exist in full
 # before any of it runs. The cell measures the peak memory one call allocates beyond its inputs
-# (`torch.cuda.max_memory_allocated`), eager and compiled, against the bytes of the bf16 logits. Notebook 05's
-# fused kernel never holds them.
+# (`torch.cuda.max_memory_allocated`) and its time, eager, compiled and your notebook-05 `linear_cross_entropy`
+# (if you brought it), against the bytes of the bf16 logits, which your fused kernel never holds.
 
 # %% nbgrader={"grade": false, "grade_id": "ce", "locked": true, "schema_version": 3, "solution": false}
 if ON_GPU and may_compile("linear + cross-entropy, compiled"):
@@ -411,15 +461,16 @@ if ON_GPU and may_compile("linear + cross-entropy, compiled"):
     targets = torch.randint(0, ce_v, (CE_M,), device="cuda")
     torch._dynamo.reset()
     ce_compiled = torch.compile(ce_ops.linear_cross_entropy_eager, dynamic=False)
-    ce_compiled(h, w, targets)  # compile outside the measurement
     logits_bytes = CE_M * ce_v * 2
-    ce_peak = {"eager": peak_extra_bytes(lambda: ce_ops.linear_cross_entropy_eager(h, w, targets))[1],
-               "compiled": peak_extra_bytes(lambda: ce_compiled(h, w, targets))[1]}
-    ce_time = {"eager": bench_ms(lambda: ce_ops.linear_cross_entropy_eager(h, w, targets)),
-               "compiled": bench_ms(lambda: ce_compiled(h, w, targets))}
+    ce_fns = written_versions({"eager": lambda: ce_ops.linear_cross_entropy_eager(h, w, targets),
+                               "compiled": lambda: ce_compiled(h, w, targets),  # its first call compiles, here
+                               "yours (notebook 05)": lambda: yours("linear_cross_entropy")(h, w, targets)},
+                              desc="linear + cross-entropy")
+    ce_peak = {name: peak_extra_bytes(fn)[1] for name, fn in ce_fns.items()}
+    ce_time = {name: bench_ms(fn) for name, fn in ce_fns.items()}
     print(f"M = {CE_M}, K = {CE_K}, V = {ce_v}: the bf16 logits are {logits_bytes / 2**30:.2f} GiB")
     for name in ce_peak:
-        print(f"{name:<9} peak {ce_peak[name] / 2**30:6.2f} GiB = {ce_peak[name] / logits_bytes:4.2f} x the logits, "
+        print(f"{name:<19} peak {ce_peak[name] / 2**30:6.2f} GiB = {ce_peak[name] / logits_bytes:4.2f} x the logits, "
               f"{ce_time[name]:.2f} ms")
     fig, ax = plt.subplots(figsize=(7, 2.4))
     ax.barh(list(ce_peak), [b / 2**30 for b in ce_peak.values()], color="C0")
@@ -858,6 +909,112 @@ if ON_GPU:
     print(f"the kernel itself: {bench_ms(lambda: scale(x)):.3f} ms, model {model_ms(8 * x.numel()):.3f} ms")
 else:
     print("No GPU: not timed (in the interpreter the autotuner runs each configuration once, by the wall clock).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "tune-cache-md", "locked": true, "schema_version": 3, "solution": false}
+# ### What the caches keep between processes
+#
+# The autotuner's choice lives in the process: a new Python process (the next training run, every rank of a
+# distributed job, the grader) times all the configurations again. Two disk caches save work across processes:
+#
+# * Triton's **kernel cache** (`TRITON_CACHE_DIR`, by default `~/.triton/cache`) keeps every compiled binary,
+#   keyed by the kernel's source, its constants and the GPU. A new process skips compilation but, by default,
+#   still times every configuration.
+# * `triton.autotune(..., cache_results=True)` also writes the **timings' winner** there, keyed by the tuning key,
+#   the configurations and the kernel's source, so a new process skips the timing as well. (`TRITON_CACHE_AUTOTUNING=1`
+#   turns it on for every autotuned kernel.)
+# * Inductor keeps its own: the **FX graph cache** (generated code for a graph it has seen, under
+#   `TORCHINDUCTOR_CACHE_DIR`) and its autotuning results, so a second process that compiles the same function
+#   loads the code instead of generating and compiling it.
+#
+# The cell runs a small script three times in fresh Python processes sharing one new cache directory: first with
+# empty caches, then warm with `cache_results=True`, then warm with `cache_results=False`. Each run measures the wall
+# time of the first call of the eight-configuration kernel above and of the first call of a compiled
+# `gelu(x + b) + r`. GPU only (the interpreter neither compiles nor caches), and not while the grader runs.
+
+# %% nbgrader={"grade": false, "grade_id": "tune-cache", "locked": true, "schema_version": 3, "solution": false}
+FIRST_CALLS = r"""
+import json, sys, time
+import torch, triton, triton.language as tl
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024, 4096, 8192) for w in (4, 8)],
+                 key=["n"], cache_results=sys.argv[1] == "1")
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+def chain(x, b, r):
+    return torch.nn.functional.gelu(x + b) + r
+
+def first_call(fn):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+x = torch.randn(2**24, device="cuda")
+y = torch.empty_like(x)
+launch = lambda: _scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+xm, rm = torch.randn(2, 4096, 4096, device="cuda", dtype=torch.bfloat16)
+bm = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+compiled = torch.compile(chain)
+print(json.dumps({"autotuned kernel": first_call(launch), "torch.compile": first_call(lambda: compiled(xm, bm, rm))}))
+"""
+RUNS = (("empty caches", "1"), ("warm, cache_results=True", "1"), ("warm, cache_results=False", "0"))
+
+
+def first_calls_in_new_process(script: str, cache: str, cache_results: str) -> dict:
+    """Seconds of each first call, measured by the script in a fresh Python process with its caches under cache."""
+    import json
+    import os
+
+    # One compile thread: Inductor's pool of compile workers would take longer to start than this graph to build.
+    env = dict(os.environ, TRITON_CACHE_DIR=f"{cache}/triton", TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor",
+               TRITON_CACHE_AUTOTUNING="0", TORCHINDUCTOR_COMPILE_THREADS="1")
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, script, cache_results], env=env, capture_output=True, text=True,
+                         timeout=600)
+    if run.returncode != 0:
+        raise RuntimeError(f"the timing script failed: {(run.stderr or run.stdout).strip().splitlines()[-1:]}")
+    return {**json.loads(run.stdout.strip().splitlines()[-1]), "process": time.perf_counter() - start}
+
+
+if ON_GPU and not runtime.small_demos():
+    cache_walls = {}
+    with tempfile.TemporaryDirectory() as cache:
+        script = f"{cache}/first_calls.py"
+        with open(script, "w") as f:
+            f.write(FIRST_CALLS)
+        for label, flag in tqdm(RUNS, desc="fresh processes"):
+            cache_walls[label] = first_calls_in_new_process(script, cache, flag)
+    fig, ax = plt.subplots(figsize=(8, 3))
+    what = ["autotuned kernel", "torch.compile"]
+    for i, label in enumerate(cache_walls):
+        ax.barh([j + 0.27 * (i - 1) for j in range(len(what))], [cache_walls[label][w] for w in what], height=0.27,
+                label=label)
+    ax.set_yticks(range(len(what)), what)
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds of the first call in a new process (log)")
+    ax.set_title(peak_label)
+    ax.legend(fontsize=8)
+    plt.tight_layout()
+    plt.show()
+    for label, walls in cache_walls.items():
+        print(f"{label:<27} " + "   ".join(f"{w}: {walls[w]:6.2f} s" for w in what)
+              + f"   (the whole process: {walls['process']:.0f} s, most of it importing torch and starting CUDA)")
+elif runtime.small_demos():
+    print("The caches are not measured while the grader runs this notebook.")
+else:
+    print("No GPU: not measured (the interpreter compiles nothing, and its autotuner caches nothing on disk).")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "tune-cache-discuss", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: with empty caches both first calls pay for compiling (and the kernel for timing eight
+# configurations); warm, with `cache_results=True`, the kernel's first call costs little more than a launch, while
+# with `cache_results=False` it still pays for the timing though not for the compilation. The compiled function's
+# first call drops from compiling kernels to loading them (Dynamo still traces the function in each process).
+# In a job that starts many processes, share the cache directories (or ship them with the job) and turn on
+# `cache_results`; delete a cache after changing anything its key does not see, such as a driver.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "argmax-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 6. Launch settings per shape
