@@ -66,6 +66,8 @@ def swiglu_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dic
         return dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=64 if wide else 128, GROUP_M=1, num_warps=4, num_stages=3)
     if M <= 256:
         return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32 if wide else 64, GROUP_M=8, num_warps=4, num_stages=4)
+    if K <= 256:  # short K: narrower tiles, more programs per SM (32768 x 256 -> 2048: H200 1.51x eager, H100 1.84x)
+        return dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3 if wide else 4)
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=8, num_stages=3 if wide else 5)
 
 
@@ -114,6 +116,12 @@ SWIGLU_TMA_SETTINGS = (
          num_stages=4),
 )
 
+# K of four steps or fewer: one flattened loop over tiles and K steps keeps the TMA loads of the next tile in flight
+# during this tile's epilogue (32768 x 256 -> 2048: 1.68x eager on an H200 and 2.05x on an H100, against 1.54x and
+# 1.89x with the warp-specialized setting above).
+SWIGLU_TMA_SHORT_K = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, FLATTEN=True, WARP_SPECIALIZE=False,
+                          num_warps=8, num_stages=3)
+
 
 def swiglu_tma(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
     """silu(x @ w_gate) * (x @ w_up) through the TMA engine on Hopper; the pointer kernel where that does
@@ -121,7 +129,8 @@ def swiglu_tma(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tor
     check_gemm_inputs(x, w_gate, w_up)
     if not tma_path_applies(x, w_gate, w_up) or (w_gate.stride(0) == 1) != (w_up.stride(0) == 1):
         return swiglu(x, w_gate, w_up)
-    return _launch_swiglu_tma(x, w_gate, w_up, SWIGLU_TMA_SETTINGS)
+    first = (SWIGLU_TMA_SHORT_K,) if x.shape[1] <= 256 else ()
+    return _launch_swiglu_tma(x, w_gate, w_up, first + SWIGLU_TMA_SETTINGS)
 
 
 def _launch_swiglu_tma(x, w_gate, w_up, settings: tuple) -> torch.Tensor:

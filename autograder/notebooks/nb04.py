@@ -99,11 +99,12 @@ GEMM_GELU_RESIDUAL = KernelExercise(
             Shape((300, 264, 64)), Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
     precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
     reduced_dim="K",
-    # A d_model = 512 model's MLP up-projection (512 -> 2048, GELU-tanh) over 32768 tokens. With K = 512 the
+    # A d_model = 256 model's MLP up-projection (256 -> 2048, GELU-tanh) over 32768 tokens. With K = 256 the
     # unfused epilogue's four extra passes over y cost more than the product itself, so fusing shows even on an
-    # H200, whose bandwidth makes those passes cheap: there, at K = 1024, a pointer-based Triton GEMM loses to
-    # cuBLAS about what fusing saves (notebook 04, section 2 measures the whole range).
-    perf_shape=Shape((32768, 2048, 512)),
+    # H200, whose bandwidth makes those passes cheap: there a pointer-based Triton GEMM loses to cuBLAS much of
+    # what fusing saves as K grows (at K = 512 the reference kernel was only 1.22x eager; notebook 04, section 2
+    # measures the whole range).
+    perf_shape=Shape((32768, 2048, 256)),
     tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
     # A bound torch.compile of the eager code meets: its GEMM rounds y to the inputs' dtype before the fused
     # epilogue rounds again, 1.24 times the one rounding of the exact result (H100, bf16 and fp16). Eager PyTorch's
@@ -169,9 +170,9 @@ SWIGLU = KernelExercise(
             Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
     precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
     reduced_dim="K",
-    # Gate and up projections of a d_model = 512 model (512 -> 2048 each) over 32768 tokens: as for the epilogue
+    # Gate and up projections of a d_model = 256 model (256 -> 2048 each) over 32768 tokens: as for the epilogue
     # exercise, a short K is where the passes over g, u and h that fusing saves cost as much as the products.
-    perf_shape=Shape((32768, 2048, 512)),
+    perf_shape=Shape((32768, 2048, 256)),
     tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
     # torch.compile of the eager code rounds g and u at the GEMMs' output: 1.9 to 2.1 times the one rounding of
     # the exact result (H100, bf16 and fp16); the bound leaves it room. The K-growth check still catches a

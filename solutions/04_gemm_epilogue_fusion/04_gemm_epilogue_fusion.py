@@ -288,13 +288,16 @@ for k, (u, f) in zip(KS_EPI, model_k):
 #   `r`'s tile plus GELU's temporaries on top of it spill. Apply the epilogue to one column half at a time
 #   (`tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))` gives the two halves), or use
 #   narrower tiles, and read the compiled kernel's `n_spills` to check.
+# * the graded shape has a short `K` (four steps of 64), where the epilogue's reads and writes weigh as much as
+#   the products: smaller tiles (`64 × 128`, 4 warps) let several programs share an SM, so that one's epilogue
+#   runs while another's products do.
 #
 # Graded: correctness on shapes from one element up, in fp32 and fp16 (bf16 too on a GPU); precision
 # against float64 as `K` grows from 256 to 16384, within 1.4 times what rounding the exact result once
 # costs (room for `torch.compile` of the eager code, whose GEMM rounds `y` before its fused epilogue: about
 # 1.24) or what float32 accumulation over `K` may cost, whichever is larger, and with no error that grows
-# with `K`; performance at a `d_model = 512` model's MLP shape (32768 × 512 → 2048, bf16; a short `K`, where
-# the passes fusing saves cost more than the product) as a fraction of this GPU's matmul rate and as a
+# with `K`; performance at a `d_model = 256` model's MLP shape (32768 × 256 → 2048, bf16; a short `K`, where
+# the passes fusing saves cost more than the product, so choose launch settings for it) as a fraction of this GPU's matmul rate and as a
 # speed-up over cuBLAS + the eager epilogue, both measured in turns with your kernel; fusion: one launch, no
 # torch arithmetic.
 
@@ -633,7 +636,7 @@ for m in SWIGLU_MS:
 # * any `M`, `N`, `K` and strides (the weights may be transposed `nn.Linear` weights), fp32/fp16/bf16, with
 #   `input_precision="ieee"` for fp32.
 #
-# Graded like exercise 1, at a `d_model = 512` model's gate and up projections (32768 × 512 → 2048 each).
+# Graded like exercise 1, at a `d_model = 256` model's gate and up projections (32768 × 256 → 2048 each).
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
@@ -666,7 +669,8 @@ check("04.swiglu", swiglu, criteria=["fusion"]).assert_passed("fusion")
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu_tma", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-# include: kernels/swiglu.py (_swiglu_tma_kernel, SWIGLU_TMA_SETTINGS, swiglu_tma, _launch_swiglu_tma)
+# include: kernels/swiglu.py (_swiglu_tma_kernel, SWIGLU_TMA_SETTINGS, SWIGLU_TMA_SHORT_K, swiglu_tma,
+#     _launch_swiglu_tma)
 ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-measure-md", "locked": true, "schema_version": 3, "solution": false}
