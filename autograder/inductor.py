@@ -150,14 +150,14 @@ class KernelRow:
         return self.total_us / max(self.count, 1)
 
 
-def gpu_kernel_table(fn, *args, warmup: int = 2, iters: int = 1) -> list[KernelRow]:
-    """The GPU's events (kernels and memory copies) during `iters` calls of fn(*args), after `warmup` calls
-    left out (compilation, autotuning), grouped by name, in order of first appearance; counts are per call."""
+def _gpu_events(fn, args, warmup: int, iters: int, trace: str | None = None) -> list:
+    """torch.profiler's GPU events (kernels and memory copies) during `iters` calls of fn(*args), after `warmup`
+    calls left out (compilation, autotuning); trace: also write a Chrome trace there (chrome://tracing, Perfetto)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     if not torch.cuda.is_available():
-        raise RuntimeError("gpu_kernel_table needs a CUDA GPU")
+        raise RuntimeError("profiling the GPU's kernels needs a CUDA GPU")
     with quiet():
         for _ in range(warmup):
             fn(*args)
@@ -166,14 +166,40 @@ def gpu_kernel_table(fn, *args, warmup: int = 2, iters: int = 1) -> list[KernelR
             for _ in range(iters):
                 fn(*args)
             torch.cuda.synchronize()
+    if trace:
+        prof.export_chrome_trace(trace)
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _device_us(e) -> float:
+    us = getattr(e, "device_time", None)
+    return e.cuda_time if us is None else us  # older PyTorch
+
+
+def gpu_kernel_table(fn, *args, warmup: int = 2, iters: int = 1) -> list[KernelRow]:
+    """The GPU's events during `iters` calls of fn(*args) (see _gpu_events), grouped by name, in order of first
+    appearance; counts are per call."""
     rows: dict[str, list[float]] = {}
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = getattr(e, "device_time", None)
-        us = e.cuda_time if us is None else us  # older PyTorch
-        rows.setdefault(e.name, []).append(us)
+    for e in _gpu_events(fn, args, warmup, iters):
+        rows.setdefault(e.name, []).append(_device_us(e))
     return [KernelRow(n, len(t) // iters, sum(t) / iters) for n, t in rows.items()]
+
+
+@dataclass
+class Span:
+    name: str
+    start_us: float  # from the start of the first GPU event of the call
+    duration_us: float
+
+
+def gpu_timeline(fn, *args, warmup: int = 2, trace: str | None = None) -> list[Span]:
+    """When each GPU event of one call of fn(*args) ran, in order: the gaps between spans are time the GPU sat
+    idle, waiting for the host to launch the next kernel. trace: also write the Chrome trace to that path."""
+    events = sorted(_gpu_events(fn, args, warmup, 1, trace), key=lambda e: e.time_range.start)
+    if not events:
+        return []
+    t0 = events[0].time_range.start
+    return [Span(e.name, e.time_range.start - t0, e.time_range.end - e.time_range.start) for e in events]
 
 
 def print_kernel_table(rows: list[KernelRow], title: str = "", width: int = 70) -> None:

@@ -146,8 +146,25 @@ def test_gpu_kernel_table():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     x = torch.randn(1024, 1024, device="cuda")
-    rows = inductor.gpu_kernel_table(lambda: (x * 2).sum())
-    assert len(rows) == 2 and all(r.count == 1 and r.total_us > 0 for r in rows)
+    rows = inductor.gpu_kernel_table(lambda: torch.exp(x * 2))  # two elementwise kernels, one after the other
+    assert sum(r.count for r in rows) == 2 and all(r.total_us > 0 for r in rows)
+
+
+@pytest.mark.gpu
+def test_gpu_timeline_orders_the_kernels_of_one_call(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = torch.randn(1024, 1024, device="cuda")
+    spans = inductor.gpu_timeline(lambda: torch.exp(x * 2), trace=str(tmp_path / "trace.json"))
+    assert len(spans) == 2 and spans[0].start_us == 0 and spans[1].start_us >= spans[0].duration_us
+    assert all(s.duration_us > 0 for s in spans) and (tmp_path / "trace.json").stat().st_size > 0
+
+
+def test_profiling_without_a_gpu_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for helper in (inductor.gpu_kernel_table, inductor.gpu_timeline):
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            helper(lambda: None)
 
 
 def test_aten_fallbacks_are_launches():

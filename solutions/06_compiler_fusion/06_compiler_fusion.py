@@ -55,7 +55,7 @@ from torch.library import triton_op, wrap_triton
 from tqdm.auto import tqdm
 
 from autograder import check, runtime, sizes
-from autograder.inductor import (generated_code, gpu_kernel_table, graph_report, kernel_source, launches_in_code,
+from autograder.inductor import (gpu_kernel_table, gpu_timeline, graph_report, kernel_source, launches_in_code,
                                  print_kernel_table, quiet, run_code)
 from autograder.ops import fake_quant as fq_ops
 from autograder.ops import linear_cross_entropy as ce_ops
@@ -1142,7 +1142,10 @@ else:
 # one call, and groups the GPU's events by name: count and time. The cell runs it on one transformer block
 # written in plain PyTorch (RMSNorm, attention through SDPA with a causal mask, a SwiGLU MLP, two residual adds),
 # eager and compiled, and splits the time into matrix products, attention and everything else. The products and
-# the attention kernel are the same library calls in both; what changes is the rest.
+# the attention kernel are the same library calls in both; what changes is the rest. Then the **timeline** of one
+# call of each (`gpu_timeline`: when each kernel started and how long it ran): a gap between two bars is time the
+# GPU sat idle waiting for the host to launch the next kernel. `gpu_timeline(fn, *args, trace="block.json")`
+# also writes the profiler's Chrome trace, which `chrome://tracing` or Perfetto open with the CPU side beside it.
 
 # %% nbgrader={"grade": false, "grade_id": "profile", "locked": true, "schema_version": 3, "solution": false}
 def rms(x, w, eps=1e-5):
@@ -1211,6 +1214,26 @@ if ON_GPU and may_compile("the transformer block, compiled"):
     for name in tables:
         ms, count = by_kind[name]["everything else"]
         print(f"{name}: everything else {count} kernels, {ms:.3f} ms; the model's floor for it {floor_ms:.3f} ms")
+
+    from matplotlib.patches import Patch
+
+    colors = dict(zip(KINDS, ("C0", "C1", "C2")))
+    timelines = {"eager": gpu_timeline(transformer_block, xt, p, THEADS),
+                 "compiled": gpu_timeline(block_compiled, xt, p, THEADS)}
+    fig, ax = plt.subplots(figsize=(10, 2.2))
+    for row, (name, spans) in enumerate(timelines.items()):
+        ax.broken_barh([(s.start_us / 1e3, s.duration_us / 1e3) for s in spans], (row - 0.35, 0.7),
+                       facecolors=[colors[kind_of(s.name)] for s in spans])
+        end_us = max(s.start_us + s.duration_us for s in spans)
+        busy_us = sum(s.duration_us for s in spans)
+        print(f"{name} timeline: {len(spans)} GPU events over {end_us / 1e3:.3f} ms, "
+              f"the GPU idle between them {(end_us - busy_us) / 1e3:.3f} ms")
+    ax.set_yticks(range(len(timelines)), list(timelines))
+    ax.set_xlabel("ms from the first kernel of one forward pass")
+    ax.set_title(f"one call on the GPU, {peak_label}")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()], fontsize=7, loc="lower right")
+    plt.tight_layout()
+    plt.show()
     del xt, p
 elif not ON_GPU:
     print("No GPU: torch.profiler's CUDA table needs one. On a CPU, torch.profiler.profile(activities=[CPU]) lists "
@@ -1219,7 +1242,8 @@ elif not ON_GPU:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ncu-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: the same matrix products and attention kernel in both tables; in the eager one, a long tail
 # of elementwise and reduction kernels (the RMSNorms alone are several each); in the compiled one, a handful of
-# `triton_…` kernels, and their time close to the model's floor.
+# `triton_…` kernels, and their time close to the model's floor. On the timeline, the compiled call is shorter by
+# the kernels it no longer launches, and shows fewer gaps: each gap is a launch the host had to make.
 #
 # ### Nsight Compute: count the bytes
 #
