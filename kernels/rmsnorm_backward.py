@@ -31,7 +31,10 @@ def _rmsnorm_bwd_kernel(x_ptr, w_ptr, dy_ptr, dx_ptr, partial_ptr, M, H, stride_
     mask = cols < H
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_H], dtype=tl.float32)
-    for i in range(ROWS_PER_PROGRAM):
+    # Software pipelining: the compiler issues the loads of the next rows (through shared memory) while this one is
+    # reduced, so a program always has rows in flight; a plain loop waits for each row's bytes (H200, 32768 x 4096
+    # bf16: 0.64 of copy bandwidth plain, 0.72 with 2 stages, 0.90 with 3).
+    for i in tl.range(ROWS_PER_PROGRAM, num_stages=3):
         row = (pid * ROWS_PER_PROGRAM + i).to(tl.int64)
         m = mask & (row < M)
         x = tl.load(x_ptr + row * stride_xm + cols, mask=m, other=0.0).to(tl.float32)
