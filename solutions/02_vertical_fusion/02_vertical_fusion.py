@@ -249,7 +249,10 @@ for off, a, c in zip(offsets, naive_err, centred_err):
 # mean 300 (`eps` = 2⁻²⁴ here, the unit roundoff), about what `F.layer_norm` itself measures. The grader
 # allows four times that, so the two-pass order passes; the cancelling formula above misses it by a factor
 # of about a hundred. (Subtracting one element of the row from every element before the sums, exact in
-# float32 for values this close together, removes even the remaining error: the reference solution does.)
+# float32 for values this close together, removes even the remaining error: the reference solution does. Read
+# that element with a scalar `tl.load` of the row's start; fishing it out of the loaded row with
+# `tl.sum(tl.where(cols == 0, x, 0))` is one more reduction across the warps, which cost 5% of the kernel's
+# time on an H200.)
 
 # %% nbgrader={"grade": false, "grade_id": "layernorm", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
