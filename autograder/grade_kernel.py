@@ -379,7 +379,7 @@ def _cache_probe(ex: KernelExercise, fn, seed: int) -> str | None:
     if not all(torch.equal(o, k) for o, k in zip(out_a, kept)):
         return (f"{where}: the first call's output changed when {ex.function} was called again: it writes into a "
                 "buffer it returned before; allocate the output on every call")
-    name = next(iter(held))
+    name = ex.free_input or next(iter(held))
     third = dict(second, **{name: second[name].clone()})
     flat = third[name].view(-1)
     gen = torch.Generator().manual_seed(_seed(seed, "cache", 3))

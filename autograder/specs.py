@@ -116,6 +116,9 @@ class KernelExercise(Exercise):
     # a function of the inputs, timed like the student's; the fraction graded is its time over theirs.
     perf_baseline: Callable[..., Any] | None = None
     perf_baseline_name: str = ""
+    # The input whose elements the cache probe changes a few of, in place: one the others are not derived from
+    # (the backward's do, where o and lse follow from q). None: the first tensor input.
+    free_input: str | None = None
     outputs_share_storage: bool = False  # the outputs must be views of one buffer (e.g. Q, K, V of one GEMM)
     # (bug name, reference computing the wrong formula): named when an output matches one of them.
     diagnoses: tuple = ()
