@@ -6,7 +6,7 @@ import importlib
 
 from .specs import Exercise
 
-_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06")  # autograder/notebooks/<name>.py, each with EXERCISES
+_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07")  # autograder/notebooks/<name>.py, each with EXERCISES
 _registry: dict[str, Exercise] | None = None
 
 

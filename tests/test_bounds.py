@@ -158,6 +158,61 @@ def _cross_entropy_streaming(h, w, targets, block=4096):
     return m + torch.log(s) - target_logit
 
 
+def _sdpa_backward(q, k, v, o, lse, do, causal=False):
+    """PyTorch's autograd through its own SDPA."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    return torch.autograd.grad(out, leaves, do)
+
+
+def _attention_backward_recompute(q, k, v, o, lse, do, causal=False):
+    """What notebook 07 teaches: P rebuilt from the saved log-sum-exp in float32, delta = rowsum(dO * O), P and dS
+    rounded to the inputs' dtype as the products' operands, float32 sums, each gradient rounded once."""
+    scale = q.shape[-1] ** -0.5
+    qf, kf, vf, dof = q.float(), k.float(), v.float(), do.float()
+    s = qf @ kf.transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    delta = (dof * o.float()).sum(-1, keepdim=True)
+    ds = p * (dof @ vf.transpose(-1, -2) - delta)
+    as_operand = lambda t: t.to(q.dtype).float()  # noqa: E731
+    dv = as_operand(p).transpose(-1, -2) @ dof
+    dq = as_operand(ds) @ kf * scale
+    dk = as_operand(ds).transpose(-1, -2) @ qf * scale
+    return dq.to(q.dtype), dk.to(q.dtype), dv.to(q.dtype)
+
+
+def _cross_entropy_backward(h, w, targets):
+    """PyTorch's F.linear and F.cross_entropy and autograd, on float32 logits as the exercise asks (as for notebook
+    05's: logits rounded to float16 lose 0.06 on the "confident" rows, and the gradients 5% with them), the
+    gradients rounded to the inputs' dtype."""
+    hl, wl = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    loss = F.cross_entropy(F.linear(hl, wl), targets.long())
+    dh, dw = torch.autograd.grad(loss, (hl, wl))
+    return loss.detach(), dh.to(h.dtype), dw.to(w.dtype)
+
+
+def _cross_entropy_backward_chunked(h, w, targets, rows=16):
+    """What notebook 07 teaches: a chunk of rows at a time, float32 logits, dlogits = (p - y) / M rounded to the
+    inputs' dtype, dh's rows rounded once, dw accumulated in its own dtype chunk after chunk."""
+    M = h.shape[0]
+    loss = torch.zeros((), device=h.device)
+    dh = torch.empty_like(h)
+    dw = torch.zeros_like(w)
+    for start in range(0, M, rows):
+        hc, tc = h[start:start + rows], targets[start:start + rows].long()
+        logits = hc.float() @ w.float().t()
+        lse = torch.logsumexp(logits, -1)
+        loss += (lse - logits.gather(1, tc[:, None])[:, 0]).sum() / M
+        g = torch.exp(logits - lse[:, None])
+        g[torch.arange(len(tc)), tc] -= 1
+        g = (g / M).to(h.dtype).float()
+        dh[start:start + rows] = (g @ w.float()).to(h.dtype)
+        dw = (dw.float() + g.t() @ hc.float()).to(w.dtype)
+    return loss, dh, dw
+
+
 # For every kernel exercise: PyTorch's own op, or its eager code where it has none (torch.compile of that code
 # is graded on a GPU below), and the algorithm the notebook teaches, written in torch.
 TORCH_VERSIONS = [
@@ -171,6 +226,9 @@ TORCH_VERSIONS = [
     ("05.softmax", _softmax), ("05.softmax", _softmax_online),
     ("05.flash_attention", _sdpa), ("05.flash_attention", _attention_online),
     ("05.linear_cross_entropy", _cross_entropy), ("05.linear_cross_entropy", _cross_entropy_streaming),
+    ("07.flash_attention_backward", _sdpa_backward), ("07.flash_attention_backward", _attention_backward_recompute),
+    ("07.linear_cross_entropy_backward", _cross_entropy_backward),
+    ("07.linear_cross_entropy_backward", _cross_entropy_backward_chunked),
 ]
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if runtime.has_gpu() else [])
 
