@@ -30,6 +30,7 @@ LONGEST_FIRST = {
     "course-02_vertical_fusion": 3.7,
     "corpus-class": 3.4,
     "course-05_streaming_reduction_fusion": 3.2,
+    "course-07_fusion_for_training": 3.0,
     "course-03_horizontal_fusion": 1.9,
     "grade-class": 1.5,
     "grade-class-parallel": 1.5,

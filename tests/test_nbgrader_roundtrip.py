@@ -20,8 +20,8 @@ from autograder import build
 
 pytestmark = pytest.mark.slow
 NB1, NB2, NB3, NB4 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"
-NB5, NB6 = "05_streaming_reduction_fusion", "06_compiler_fusion"
-NOTEBOOKS = [NB1, NB2, NB3, NB4, NB5, NB6]
+NB5, NB6, NB7 = "05_streaming_reduction_fusion", "06_compiler_fusion", "07_fusion_for_training"
+NOTEBOOKS = [NB1, NB2, NB3, NB4, NB5, NB6, NB7]
 GPU_ONLY = ("_performance", "_kernels")  # cells whose criterion needs a GPU: required, so 0 here for everyone
 
 # carol's submissions: grade_id -> the cell she hands in (a full source, or an (old, new) edit of the solution).
@@ -81,6 +81,12 @@ def fused_chain(x, bias, alpha):
         # The row stride forgotten: the padded case reads the wrong rows.
         "row_argmax": ("_row_argmax_tuned[(m,)](x, out, n, x.stride(0),", "_row_argmax_tuned[(m,)](x, out, n, n,"),
     },
+    NB7: {
+        # The scores' 1/sqrt(D) left out of dQ and dK (both launches); dV is right.
+        "flash_attention_backward": ("*strides, LOG2E * scale, scale,", "*strides, LOG2E * scale, 1.0,"),
+        # dlogits = p - y, not divided by M: the loss is the mean, its gradients are those of the sum.
+        "linear_cross_entropy_forward_backward": ("(g * inv_m).to(", "g.to("),
+    },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
 # numbers, but torch computes them: correctness and precision name that, fusion names the missing kernel.
@@ -97,6 +103,9 @@ CAROL_FAILS = {
     NB5: {f"test_{ex}_{c}" for ex in ("softmax", "flash_attention", "linear_cross_entropy")
           for c in ("correctness", "precision")},
     NB6: {"test_rmsnorm_op_correctness", "test_fake_quant_graph", "test_row_argmax_correctness"},
+    # The gradients M times too large: memory is not judged on a wrong result, so its cell fails too.
+    NB7: {f"test_{ex}_{c}" for ex in ("flash_attention_backward", "linear_cross_entropy_backward")
+          for c in ("correctness", "precision")} | {"test_linear_cross_entropy_backward_memory"},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
@@ -108,8 +117,9 @@ CAROL_FEEDBACK = {
     NB5: ["never divided by the row's sum", "not scaled by 1/sqrt(D)", "the logits were rounded to the inputs' dtype",
           "allowed"],
     NB6: ["register_autograd", "Tensor.item()", "5x4097 padded", "not counted (no GPU)"],
+    NB7: ["lack the 1/sqrt(D) of the scores", "the gradients are not divided by M"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22), NB6: (23, 13)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22), NB6: (23, 13), NB7: (18, 15)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):

@@ -1,0 +1,604 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (fusion course)
+#     language: python
+#     name: fusion-course
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
+# # 07 · Fusion for training: backward kernels, and what to save for them
+#
+# Every kernel so far ran forward only (RMSNorm's backward in notebook 02 aside). Training also runs the
+# backward pass, and that is where fusion gets hard: the backward needs intermediate values of the forward, and
+# a fused forward is precisely the kernel that never wrote them. FlashAttention's forward keeps its `N × N`
+# probabilities in registers; its backward needs them again. The fused cross-entropy of notebook 05 never holds
+# the logits; their gradient is the logits' softmax. Each intermediate is either **saved** (written in the
+# forward, read in the backward: memory, and bytes both ways) or **recomputed** (the backward does that part of
+# the forward again: flops). Fusing for training is choosing, value by value.
+#
+# You will
+# 1. measure what autograd saves for the backward of an unfused block and of attention, and read how
+#    `torch.compile`'s partitioner decides between saving and recomputing, from the graphs it produces;
+# 2. derive FlashAttention's backward (rebuild `P` tile by tile from the saved log-sum-exp, the
+#    `delta = rowsum(dO ∘ O)` trick, two loops for `dK, dV` and `dQ`) and write it: **graded** on correctness,
+#    precision against float64 gradients, speed against SDPA's own backward, and at most three launches; then
+#    measure it against SDPA's backends over sequence lengths;
+# 3. write the forward and backward of a linear layer with cross-entropy that never holds the `M × V` logits,
+#    a chunk of rows at a time: **graded** on correctness, precision and the memory it allocates; then measure
+#    its memory and time against eager PyTorch and `torch.compile` up to a 128k vocabulary.
+#
+# Without a GPU the kernels run in Triton's interpreter: graded for correctness and memory there, not for speed,
+# and the time plots then show the cost model only.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
+import autograder  # first: picks GPU or interpreter before any kernel is defined
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from tqdm.auto import tqdm
+
+from autograder import check, runtime, sizes
+from autograder.ops import flash_attention as attn_ops
+from autograder.ops import flash_attention_backward as bwd_ops
+from autograder.ops import linear_cross_entropy_backward as ce_ops
+from autograder.plots import peaks
+from autograder.timing import extra_bytes as measured_extra_bytes
+from autograder.timing import not_written, written_versions
+from kernels.matmul import dot_precision, grouped_tile, tile_dot
+
+profile = autograder.device_profile()
+print(profile.describe())
+ON_GPU = runtime.has_gpu()
+DEVICE = runtime.device()
+bw_gbps, peak_tflops, peak_label = peaks(profile)
+if ON_GPU:
+    from autograder.timing import bench_interleaved
+
+
+def extra_bytes(fn) -> int:
+    """Bytes one call of fn allocates beyond what was allocated before it, its outputs included: the CUDA
+    allocator's peak on a GPU; in the interpreter every storage torch creates during the call, added up."""
+    return measured_extra_bytes(fn)[1]
+
+
+def rel_err(got, exact):
+    return float((got.double() - exact).norm() / exact.norm())
+
+
+def timed_in_turns(calls, desc, rounds=3, rep=30):
+    """{name: median ms} of the versions in calls (name -> function of no arguments) that run, timed in turns;
+    a version whose exercise is not written yet is named and left out."""
+    return bench_interleaved(written_versions(calls, desc), rounds=rounds, rep=rep)
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "saved-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 1. What the backward pass needs: save or recompute
+#
+# Take RMSNorm, `y = x · rstd · w` with `rstd = 1/√(mean(x²) + ε)` per row. Its backward (notebook 02) is
+# `dx = rstd · (w ∘ dy − x̂ · mean(x̂ ∘ w ∘ dy))` with `x̂ = x · rstd`, and `dw = Σ_rows dy ∘ x̂`. It needs `x`,
+# `w` and `rstd`. Eager PyTorch runs RMSNorm as five or six ops and autograd saves what each op's backward
+# wants: the squares, the mean, the reciprocal root, the normalised `x̂` — several tensors the size of `x`.
+# A fused forward saves `x` (the layer's input, alive anyway) and `rstd`, **one float per row**; its backward
+# recomputes `x̂ = x · rstd` on the fly, for free, while it reads `x`. Saving costs bytes twice (written by
+# the forward, read by the backward) and memory in between, for every layer of the model; recomputing costs
+# flops and, if it needs inputs that were not saved, reads.
+#
+# | intermediate | save (bytes written + read, memory held) | recompute (extra work in the backward) |
+# |---|---|---|
+# | RMSNorm's `x̂`, `(M, H)` | `2·e·M·H` | one multiply per element, `x` is read anyway |
+# | RMSNorm's `rstd`, `(M,)` | `8·M` | a row reduction over `x` |
+# | attention's `P`, `(B, H, N, N)` | `2·e·B·H·N²` (16 GiB at 4 × 16 × 8192² in bf16, per layer) | `Q Kᵀ` again: `2·N²·D` flops a head |
+# | attention's log-sum-exp, `(B, H, N)` | `8·B·H·N` | — (it makes the recomputation of `P` one `exp`) |
+#
+# The rule of thumb: save what is small or expensive to recompute (row statistics, matrix products' outputs
+# that feed a nonlinearity), recompute what is cheap and large (elementwise functions of saved values). The
+# cell below measures what autograd saves, with a saved-tensor hook (`bwd_ops.saved_bytes`), for eager
+# attention and for PyTorch's own fused attention (SDPA), against `N`: quadratic against linear.
+
+# %% nbgrader={"grade": false, "grade_id": "saved-measure", "locked": true, "schema_version": 3, "solution": false}
+SAVE_B, SAVE_H, SAVE_D = (1, 16, 128) if ON_GPU else (1, 2, 64)
+SAVE_NS = runtime.demo_points([512, 1024, 2048, 4096] if ON_GPU else [64, 128, 256])
+SAVE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+saved = {"eager attention (autograd saves S, P)": [], "SDPA (saves o and the log-sum-exp)": []}
+for n in tqdm(SAVE_NS, desc="saved tensors over sequence lengths"):
+    q, k, v = (torch.randn(SAVE_B, SAVE_H, n, SAVE_D, device=DEVICE, dtype=SAVE_DTYPE, requires_grad=True)
+               for _ in range(3))
+    saved["eager attention (autograd saves S, P)"].append(
+        bwd_ops.saved_bytes(lambda a, b, c: attn_ops.attention_naive(a, b, c)[0], q, k, v))
+    saved["SDPA (saves o and the log-sum-exp)"].append(
+        bwd_ops.saved_bytes(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), q, k, v))
+    del q, k, v
+ns = np.array(SAVE_NS, dtype=float)
+e = SAVE_DTYPE.itemsize
+fig, ax = plt.subplots(figsize=(7, 4.2))
+ax.loglog(ns, SAVE_B * SAVE_H * ns**2 * (e + 4) / 2**20, "k--", label="model: P in the dtype + its float32 softmax")
+ax.loglog(ns, SAVE_B * SAVE_H * ns * (SAVE_D * e + 4) / 2**20, "k:", label="model: o and the float32 lse")
+for (name, vals), style in zip(saved.items(), ("x-", "o-")):
+    ax.loglog(ns, np.array(vals) / 2**20, style, label=name)
+ax.set_xticks(SAVE_NS, [str(n) for n in SAVE_NS])
+ax.minorticks_off()
+ax.set_xlabel("sequence length N")
+ax.set_ylabel("MiB saved for the backward")
+ax.set_title(f"({SAVE_B}, {SAVE_H}, N, {SAVE_D}) {str(SAVE_DTYPE).replace('torch.', '')}, one layer")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, n in enumerate(SAVE_NS):
+    print(f"N={n:<5} " + ", ".join(f"{name}: {vals[i] / 2**20:.3g} MiB" for name, vals in saved.items()))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "partitioner-md", "locked": true, "schema_version": 3, "solution": false}
+# ### How `torch.compile` decides
+#
+# `torch.compile` traces the forward and the backward into **one** joint graph (AOTAutograd), then cuts it in
+# two: what the forward graph returns besides the output is what is saved. Where to cut is the partitioner's
+# choice. The default one for training, `min_cut_rematerialization_partition`, treats it as a minimum cut: every
+# value crossing from forward to backward costs its bytes, recomputing an elementwise op in the backward costs
+# nothing (it will be fused into a backward kernel that reads its inputs anyway), and matrix products and
+# reductions over long rows are never recomputed. The simpler `default_partition` saves whatever the backward
+# uses. The cell compiles a pre-norm MLP block, `y = x + (gelu(rmsnorm(x) · w) @ W)`, with each partitioner and
+# prints what each forward graph hands the backward, with sizes. (`aot_function` runs the partitioner without
+# generating code, so this works without a GPU.)
+
+# %% nbgrader={"grade": false, "grade_id": "partitioner", "locked": true, "schema_version": 3, "solution": false}
+from functorch.compile import aot_function, default_partition, make_boxed_func, min_cut_rematerialization_partition
+
+
+def mlp_block(x, w, w_up):
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return x + F.gelu(h @ w_up, approximate="tanh").sum(-1, keepdim=True)
+
+
+VIEWS = {torch.ops.aten.t.default, torch.ops.aten.view.default, torch.ops.aten.permute.default,
+         torch.ops.aten.transpose.int, torch.ops.aten.expand.default, torch.ops.aten.detach.default}
+
+
+def saved_by(partition):
+    """[(node, shape, what it is, bytes it adds)] of what the forward graph hands the backward under this
+    partitioner. Inputs (alive anyway) and views of an already counted tensor add no bytes."""
+    seen = {}
+
+    def fw_compiler(gm, example_inputs):
+        outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        rows, counted = [], set()
+        for node in outputs[1:]:  # the first output is the block's result; the rest is saved
+            base = node
+            while base.op == "call_function" and base.target in VIEWS:
+                base = base.args[0]
+            val = base.meta["val"]
+            if base.op == "placeholder":
+                what, nbytes = "an input", 0
+            else:
+                what = f"{base.target.__name__.split('.')[0]}" + (f" (saved as a view, {node})" if base is not node
+                                                                 else "")
+                nbytes = 0 if base in counted else val.numel() * val.element_size()
+                counted.add(base)
+            rows.append((str(base), tuple(val.shape), what, nbytes))
+        seen["saved"] = rows
+        return make_boxed_func(gm)
+
+    compiled = aot_function(mlp_block, fw_compiler=fw_compiler, bw_compiler=lambda gm, _: make_boxed_func(gm),
+                            partition_fn=partition)
+    rows, hidden = (4096, 2048) if ON_GPU else (256, 128)
+    x = torch.randn(rows, hidden, device=DEVICE, requires_grad=True)
+    w = torch.randn(hidden, device=DEVICE, requires_grad=True)
+    w_up = torch.randn(hidden, 2 * hidden, device=DEVICE, requires_grad=True)
+    compiled(x, w, w_up).sum().backward()
+    return seen["saved"]
+
+
+partitions = {"default_partition": saved_by(default_partition),
+              "min_cut_rematerialization_partition": saved_by(min_cut_rematerialization_partition)}
+for name, rows in partitions.items():
+    print(f"{name}: {sum(b for *_, b in rows) / 2**20:.2f} MiB of activations saved")
+    for node, shape, what, nbytes in rows:
+        print(f"    {node:<10} {str(shape):<14} {what:<36} {nbytes / 2**20:8.3f} MiB")
+fig, ax = plt.subplots(figsize=(7, 2.6))
+ax.barh(list(partitions), [sum(b for *_, b in rows) / 2**20 for rows in partitions.values()])
+ax.set_xlabel("MiB of activations saved for the backward (float32)")
+ax.set_title("one pre-norm MLP block: what each partitioner saves")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "partitioner-discuss-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (these sizes at 256 × 128 on the CPU; four times larger per dimension on a GPU). Both keep
+# the inputs (alive anyway, no cost), `rstd` (one float a row) and the product `h @ W` (GELU's input: getting
+# it back would cost the matrix product again). The default partitioner also keeps `x · rstd` and
+# `h = x · rstd · w`, two `(rows, hidden)` tensors. The min-cut partitioner drops `x · rstd`, which the backward
+# rebuilds from `x` and `rstd` in a fused elementwise kernel, and keeps `h`, because the product's backward
+# needs it as an operand (`dW = hᵀ · dY`) and rebuilding it would not save its bytes: 25% fewer bytes saved
+# here. What it cannot do is what the kernels below do: it only cuts the graph it is given, so it never turns
+# attention's `P` into "the log-sum-exp plus one `exp`", which takes knowing that a softmax can be rebuilt from
+# one statistic per row.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 2. FlashAttention's backward
+#
+# Per head, with `S = Q Kᵀ / √D`, `P = softmax(S)` row by row and `O = P V`, and `dO` the gradient of the loss
+# with respect to `O`:
+#
+# * `dV = Pᵀ dO` and `dP = dO Vᵀ` (the product rule on `O = P V`);
+# * the softmax's Jacobian, row by row: `dS_ij = P_ij (dP_ij − Σ_k P_ik dP_ik)`. The sum is one number per
+#   row, and it does not need `P` at all: `Σ_k P_ik dP_ik = Σ_k P_ik (dO_i · V_k) = dO_i · O_i`. Call it
+#   `delta_i`; it takes one pass over `O` and `dO` before anything else;
+# * `dQ = dS K / √D` and `dK = dSᵀ Q / √D`.
+#
+# `P` is needed tile by tile, and it can be rebuilt exactly from what the forward saved: `P_ij = exp(S_ij −
+# lse_i)`, one subtraction and one `exp` per score, no running max, no rescaling. So the backward saves no
+# `N × N` tensor either. The sums, though, run in two directions: `dK` and `dV` sum over queries (a column of
+# tiles), `dQ` over keys (a row of tiles). One program cannot own both without sharing partial sums with other
+# programs (FlashAttention-2 adds `dQ` with atomic float adds). The simplest schedule that stays exact and
+# deterministic is **two kernels**:
+#
+# 1. `delta`: a row reduction over `dO ∘ O`;
+# 2. `dK, dV`: a program per block of `BLOCK_N` keys loads its `K` and `V` tiles once and walks the query
+#    blocks that see them, rebuilding `Pᵀ` and `dSᵀ` tile by tile (keys down, queries across: then `dV += Pᵀ dO`
+#    and `dK += dSᵀ Q` are plain products of tiles it holds);
+# 3. `dQ`: a program per block of `BLOCK_M` queries walks the key tiles, as the forward did, and accumulates
+#    `dQ += dS K`.
+#
+# The price: `S` and `dP` are computed twice (once in each kernel), seven tile products instead of five.
+# Flops: the five products the math needs are `5 · 2·N·N_kv·D` per head, 2.5 times the forward's; a causal mask
+# halves them (the tiles above the diagonal are skipped in both loops). Bytes: `q, k, v, o, dO` read and
+# `dQ, dK, dV` written once each, a few floats per row; `K` and `V` (in the `dQ` loop) and `Q, dO` (in the
+# `dK, dV` loop) are re-read per block, mostly from L2. At `N = 4096`, `D = 128` the arithmetic intensity is in
+# the thousands of flops per byte: compute-bound, judged in TFLOP/s.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 1: FlashAttention backward
+# Write `flash_attention_backward(q, k, v, o, lse, do, causal)` returning `(dq, dk, dv)`, each with its input's
+# shape and dtype: `q (B, H, N, D)`, `k, v (B, H, N_kv, D)`, `o` and `do` like `q`, `lse (B, H, N)` float32 (the
+# natural log-sum-exp of the scaled scores, as your notebook-05 forward returns it).
+#
+# * at most three launches: `delta`, then `dK, dV`, then `dQ` (your own schedule is welcome within three);
+# * `P` rebuilt as `exp2(s · log2(e)/√D − lse · log2(e))`; sums in float32; `P` and `dS` rounded to the inputs'
+#   dtype only as operands of `tl.dot` (`input_precision="ieee"` for float32);
+# * causal: query `i` sees keys `j ≤ i`; skip the tiles that see nothing, mask the ones across the diagonal;
+# * any `N`, `N_kv` (mask the ragged ends), `D` in 16…256, any strides of the inputs (the grader passes
+#   `(B, N, H, D)` buffers seen as `(B, H, N, D)`).
+#
+# Graded: correctness on shapes from 1 × 1 × 1 × 16 up, causal and not; precision against float64 gradients for
+# `N` = 64 to 1024, within three times one rounding (rounding `P` and `dS` costs about one more each, as SDPA's
+# own backward measures); performance at (4, 16, 4096, 128) bf16 as a fraction of SDPA's backward on this GPU,
+# and faster than autograd through the textbook attention; fusion: at most three launches.
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_backward", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
+#
+# @triton.jit
+# def _delta_kernel(o_ptr, do_ptr, delta_ptr, H, N, ..., BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+#     ...  # delta[bh, rows] = sum over d of o * do, in float32
+#
+# @triton.jit
+# def _dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, H, N, N_KV, ...,
+#                  qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+#                  CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+#     ...  # load this program's K and V tiles (BLOCK_N keys); dk, dv = float32 zeros (BLOCK_N, HEAD_DIM)
+#     for start in range(..., N, BLOCK_M):  # causal: from the first query block that sees these keys
+#         ...  # q, do tiles, lse and delta of these queries
+#         ...  # s_t = tl.dot(k, tl.trans(q)); p_t = tl.math.exp2(s_t * qk_scale - lse[None, :] * LOG2E), masked
+#         ...  # dv += p_t @ do; dp_t = v @ doᵀ; ds_t = p_t * (dp_t - delta[None, :]); dk += ds_t @ q
+#     ...  # store dk * sm_scale and dv
+#
+# @triton.jit
+# def _dq_kernel(...):
+#     ...  # like notebook 05's forward loop, with p = exp2(s * qk_scale - lse * LOG2E) and dq += ds @ k
+#
+# def flash_attention_backward(q, k, v, o, lse, do, causal=False):
+#     dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+#     ...  # three launches
+#     return dq, dk, dv
+### BEGIN SOLUTION
+# include: kernels/flash_attention.py (LOG2E, _key_ranges)
+# include: kernels/flash_attention_backward.py (_delta_kernel, _dkdv_over_queries, _dkdv_kernel, _dq_over_keys,
+#     _dq_kernel, attention_backward_settings, _check_backward_inputs, flash_attention_backward)
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_backward-try", "locked": true, "schema_version": 3, "solution": false}
+check("07.flash_attention_backward", flash_attention_backward)
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("07.flash_attention_backward", flash_attention_backward, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("07.flash_attention_backward", flash_attention_backward, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("07.flash_attention_backward", flash_attention_backward,
+      criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("07.flash_attention_backward", flash_attention_backward, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your backward against SDPA's
+#
+# The cell times, over sequence lengths at (4, 16, N, 128) bf16, causal and not: your
+# `flash_attention_backward`, SDPA's backward as SDPA picks it and with its cuDNN and FlashAttention-2 backends
+# forced (a backend this GPU or build lacks is named and left out), and autograd through the textbook attention
+# where its `N × N` tensors fit. Each is the backward alone: the forward runs once, before the timing. The
+# model line is the five products' flops at this GPU's measured matmul rate. Without a GPU it checks your
+# gradients against float64 at small sizes instead and draws the model.
+
+# %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
+ATT_B, ATT_H, ATT_D = sizes.ATTENTION_BHD if ON_GPU else (1, 2, 64)
+ATT_NS = runtime.demo_points([1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256])
+ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+YOURS = "your flash_attention_backward"
+
+
+def bwd_flops(n, causal=False):
+    return 10 * ATT_B * ATT_H * n * n * ATT_D // (2 if causal else 1)
+
+
+versions = {YOURS: lambda *a: flash_attention_backward(*a)}
+if ON_GPU:
+    versions["SDPA backward"] = bwd_ops.SdpaBackward()
+    versions.update({f"{name} backward": bwd_ops.sdpa_backward_with_backend(be)
+                     for name, be in attn_ops.SDPA_BACKENDS.items()})
+    versions["autograd, textbook attention"] = bwd_ops.attention_backward_eager
+att_tflops, left_out = {}, set()
+for n in tqdm(ATT_NS, desc="attention backward over sequence lengths"):
+    for causal in (False, True):
+        q, k, v, do = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(4))
+        o, lse = bwd_ops.attention_forward_outputs(q, k, v, causal)
+        args = (q, k, v, o, lse, do, causal)
+        if not ON_GPU:
+            if YOURS in left_out:
+                continue
+            try:
+                got = flash_attention_backward(*args)
+            except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+                if not not_written(exc):
+                    raise
+                print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
+                left_out.add(YOURS)
+                continue
+            exact = bwd_ops.attention_backward_reference(*args)
+            print(f"N={n:<4} causal={causal!s:<5} relative error against float64: " + ", ".join(
+                f"{name} {rel_err(g, x):.2e}" for name, g, x in zip(("dq", "dk", "dv"), got, exact)))
+            continue
+        fits = runtime.fits(3 * sizes.naive_attention_bytes(n, ATT_B, ATT_H), share=sizes.NAIVE_SHARE)
+        calls = {name: (lambda f=f: f(*args)) for name, f in versions.items()
+                 if name not in left_out and (fits or not name.startswith("autograd"))}
+        times = timed_in_turns(calls, desc=f"N = {n}{', causal' if causal else ''}")
+        left_out |= set(calls) - set(times)
+        for name in versions:
+            att_tflops.setdefault((name, causal), []).append(
+                bwd_flops(n, causal) / (times[name] * 1e9) if name in times else math.nan)
+        del q, k, v, do, o, lse, args, calls
+        torch.cuda.empty_cache()
+
+fig, axes = plt.subplots(1, 2, figsize=(14, 4.4), sharey=True)
+for ax, causal in zip(axes, (False, True)):
+    ax.axhline(peak_tflops, color="k", ls="--", lw=1, label=f"matmul peak ({peak_tflops:.0f} TFLOP/s)")
+    for (name, c), vals in att_tflops.items():
+        if c == causal and not all(map(math.isnan, vals)):
+            ax.semilogx(ATT_NS, vals, "o-" if name == YOURS else "x--", label=name)
+    ax.set_xticks(ATT_NS, [str(n) for n in ATT_NS])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length N")
+    ax.set_title(f"backward, ({ATT_B}, {ATT_H}, N, {ATT_D}) {str(ATT_DTYPE).replace('torch.', '')}"
+                 f"{', causal' if causal else ''}" + ("" if ON_GPU else "\nno GPU: model only"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+axes[0].set_ylabel("TFLOP/s (5 products of 2·N²·D per head)")
+plt.tight_layout()
+plt.show()
+if ON_GPU:
+    for (name, causal), vals in att_tflops.items():
+        print(f"{name + (', causal' if causal else ''):<48} " + " ".join(
+            f"N={n}: {t:5.0f}" for n, t in zip(ATT_NS, vals)) + " TFLOP/s")
+else:
+    print("No GPU: time was not measured.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-discuss-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (the course's reference solution on an H100, torch 2.11, Triton 3.6, bf16, 2026-11-24).
+# At (4, 16, 4096, 128): 386 TFLOP/s not causal and 321 causal; SDPA's backward (cuDNN's on Hopper) 523 and 439;
+# its FlashAttention-2 backend 273 and 238. So the two-kernel schedule runs 1.35 to 1.4 times FlashAttention-2's
+# backward and 0.73 to 0.74 of cuDNN's; at `N = 16384` 0.69 to 0.71, at `D = 64` 0.77 (not causal) and 0.84
+# (causal). Where the rest goes: the `dK, dV` kernel holds two `BLOCK_N × D` float32 accumulators and issues
+# four tile products per step, so at `D = 128` its registers allow one program per SM; and `S` and `dP` are
+# computed twice, once in each kernel. cuDNN's kernel computes them once, adds `dQ` with atomics, and overlaps
+# one warp group's softmax arithmetic with another's tensor-core products (warp specialisation), which Triton 3.6
+# does not do for this loop on Hopper. The tile settings of both kernels came from timing each alone
+# (`python -m kernels.bench_training --sweep`): the `dQ` kernel gained 15% from a third pipeline stage.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 3. Linear + cross-entropy, forward and backward, without the logits
+#
+# Notebook 05 fused the loss `mean_i(lse_i − logit_{i,t_i})` into the logits' matrix product so that the
+# `M × V` logits never exist in the forward. Training needs the gradients too. With `p = softmax(logits)` per
+# row and `y` the one-hot targets, `dlogits = (p − y) / M`, and
+#
+# `dh = dlogits · W` (M × K),   `dW = dlogitsᵀ · h` (V × K).
+#
+# `dlogits` is as large as the logits, and it needs every row's `lse`, so it cannot be formed in the forward's
+# epilogue tile by tile without a second pass. Eager PyTorch (with autograd) holds the float32 logits, their
+# log-softmax and their gradient at once: at 8192 tokens × 128256 words, 4 GiB each. The way out is to do the
+# backward **during** the forward, a chunk of rows at a time, while that chunk's logits exist:
+#
+# 1. `logits_c = h_c Wᵀ`, a GEMM into a float32 buffer of `C × V`;
+# 2. one pass over each row: its log-sum-exp (online max and sum), its loss, and `dlogits_c = (p − y) / M`
+#    written in the inputs' dtype (the operand of the next two products);
+# 3. `dh_c = dlogits_c W`: these `C` rows of `dh` are finished;
+# 4. `dW += dlogits_cᵀ h_c`: a GEMM whose epilogue adds the previous chunks' sum.
+#
+# Memory beyond the outputs: one chunk's logits and gradient, `C·V·(4 + e)` bytes, instead of `≥ 8·M·V`.
+# Flops: the three products, `6·M·V·K`, nothing recomputed. The price of chunking is in step 4: `dW` (V × K,
+# 1 GiB at 128256 × 4096 in bf16) is read and written once per chunk, so chunks should not be too small. The
+# loss is returned already reduced (the mean over rows, float32), and the gradients are those of that mean.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 2: linear cross-entropy, forward and backward
+# Write `linear_cross_entropy_forward_backward(h, w, targets)` returning `(loss, dh, dw)`: `h (M, K)` and
+# `w (V, K)` of one floating dtype, `targets (M,)` int32 or int64 in `[0, V)`; `loss` the mean cross-entropy of
+# the logits `h wᵀ`, a 0-dimensional float32 tensor; `dh (M, K)` and `dw (V, K)` its gradients, in the inputs'
+# dtype. Triton kernels compute every output (the products too: notebook 04's tiled GEMM, `tile_dot` from
+# `kernels.matmul`, reads any strides, so `wᵀ` and `dlogits_cᵀ` are views, not copies).
+#
+# Graded: correctness (vocabularies up to 3001, "confident" rows whose logits spread to ±40, int32 targets, a
+# padded `h`); precision of all three outputs against float64 for `V` = 1000 to 16000, within four times one
+# rounding (`dlogits` is rounded once as an operand, `dW` once per chunk); memory at 4096 × 1024 → 32768:
+# at most the outputs plus a quarter of the float32 logits (128 MiB), where the logits alone take 512 MiB.
+
+# %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy_forward_backward", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
+#
+# @triton.jit
+# def _ce_rows_kernel(logits_ptr, dlogits_ptr, t_ptr, loss_ptr, N_ROWS, V, stride_l, stride_g, inv_m, ...):
+#     ...  # pass 1: online max and sum over the row's float32 logits -> lse; add (lse - logit[target]) / M to
+#     ...  #         the loss (tl.atomic_add: every row adds to one float)
+#     ...  # pass 2: dlogits = (exp(logit - lse) - (col == target)) / M, stored in dlogits' dtype
+#
+# @triton.jit
+# def _gemm_into_kernel(x_ptr, w_ptr, c_ptr, M, N, K, ..., ACCUMULATE: tl.constexpr, PRECISION: tl.constexpr):
+#     ...  # acc = tile_dot(...); if ACCUMULATE: acc += the tile of c already there; store acc in c's dtype
+#
+# def linear_cross_entropy_forward_backward(h, w, targets):
+#     M, K = h.shape
+#     V = w.shape[0]
+#     loss = torch.zeros((), dtype=torch.float32, device=h.device)
+#     dh, dw = torch.empty_like(h), torch.empty_like(w)
+#     rows = ...  # a chunk: its float32 logits well under a quarter of all of them
+#     for start in range(0, M, rows):
+#         ...  # logits_c = h_c @ w.t() (float32), the rows kernel, dh_c = dlogits_c @ w, dw (+)= dlogits_c.t() @ h_c
+#     return loss, dh, dw
+### BEGIN SOLUTION
+# include: kernels/linear_cross_entropy.py (_check_inputs)
+# include: kernels/linear_cross_entropy_backward.py (_ce_rows_kernel, _gemm_into_kernel, gemm_into, chunk_rows,
+#     linear_cross_entropy_forward_backward)
+### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy_forward_backward-try", "locked": true, "schema_version": 3, "solution": false}
+check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward)
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_backward_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
+      criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_backward_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
+      criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_backward_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
+      criteria=["memory"]).assert_passed("memory")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your fused forward and backward against eager and compiled PyTorch
+#
+# The cell measures the memory one call allocates (outputs included) against `V` for eager PyTorch (logits,
+# upcast to float32, `F.cross_entropy`, autograd's backward) and your function, next to the model: eager holds
+# at least the float32 logits and their gradient (`8·M·V`), yours one chunk. On a GPU it also times the largest
+# `V` for eager, `torch.compile` of eager, and yours, against the model: the three products at the matmul peak.
+
+# %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
+CE_M, CE_K = sizes.CE_MK if ON_GPU else (64, 64)
+CE_VS = runtime.demo_points(list(sizes.CE_VOCABS) if ON_GPU else [1024, 4096, 16384])
+CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+fitting = [v for v in CE_VS
+           if runtime.fits(1.6 * sizes.eager_cross_entropy_bytes(v, CE_M, CE_K), share=sizes.CE_SHARE)] or CE_VS[:1]
+if fitting != CE_VS:
+    print(f"V = {', '.join(str(v) for v in CE_VS if v not in fitting)} left out: eager PyTorch's logits and their "
+          f"gradient would not fit in this GPU's free memory ({runtime.free_gpu_bytes() / 2**30:.1f} GiB)")
+CE_VS = fitting
+YOURS = "your linear_cross_entropy_forward_backward"
+h = torch.randn(CE_M, CE_K, device=DEVICE, dtype=CE_DTYPE)
+ce_mem = {"eager (logits and their gradient in memory)": [], YOURS: []}
+for v in tqdm(CE_VS, desc="cross-entropy forward and backward over vocabulary sizes"):
+    w = (torch.randn(v, CE_K, device=DEVICE) / CE_K**0.5).to(CE_DTYPE)
+    targets = torch.randint(0, v, (CE_M,), device=DEVICE)
+    ce_mem["eager (logits and their gradient in memory)"].append(
+        extra_bytes(lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets)))
+    if YOURS not in ce_mem:
+        continue
+    try:
+        loss, dh, dw = linear_cross_entropy_forward_backward(h, w, targets)  # first call: compilation
+    except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+        if not not_written(exc):
+            raise
+        print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
+        del ce_mem[YOURS]
+        continue
+    exact = ce_ops.linear_cross_entropy_backward_reference(h, w, targets)
+    print(f"V={v}: relative error against float64: " + ", ".join(
+        f"{name} {rel_err(g, x):.1e}" for name, g, x in zip(("loss", "dh", "dw"), (loss, dh, dw), exact)))
+    ce_mem[YOURS].append(extra_bytes(lambda: linear_cross_entropy_forward_backward(h, w, targets)))
+    del loss, dh, dw, exact
+
+ce_ms, ce_mem_last = {}, {}
+if ON_GPU:
+    compiled_ce = runtime.demo_compile(ce_ops.linear_cross_entropy_backward_eager, dynamic=False)
+    calls = {"eager": lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets),
+             "torch.compile": lambda: compiled_ce(h, w, targets),
+             YOURS: lambda: linear_cross_entropy_forward_backward(h, w, targets)}
+    ce_ms = timed_in_turns(calls, desc=f"forward and backward, V = {CE_VS[-1]}", rep=20)
+    ce_mem_last = {name: extra_bytes(calls[name]) for name in ce_ms}
+model_ms = 1e3 * 6 * CE_M * CE_VS[-1] * CE_K / (peak_tflops * 1e12)
+
+vs = np.array(CE_VS, dtype=float)
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.4))
+ax.loglog(vs, 8 * CE_M * vs / 2**20, "k--", label="model: float32 logits and their gradient (8·M·V)")
+for (name, vals), style in zip(ce_mem.items(), ("x-", "o-")):
+    ax.loglog(vs, np.array(vals) / 2**20, style, label=name)
+ax.set_xticks(CE_VS, [str(v) for v in CE_VS])
+ax.minorticks_off()
+ax.set_xlabel("vocabulary size V")
+ax.set_ylabel("MiB allocated by one call (outputs included)")
+ax.set_title(f"memory, M = {CE_M}, K = {CE_K}, {str(CE_DTYPE).replace('torch.', '')}"
+             + ("" if ON_GPU else "\n(interpreter: allocations added up)"))
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+names = list(ce_ms) or ["eager", "torch.compile", YOURS]
+bx.barh(names, [ce_ms.get(n, 0) for n in names], color="C0", label="measured")
+bx.axvline(model_ms, color="k", ls="--", label="model: three products at the matmul peak")
+bx.set_xlabel(f"ms (M = {CE_M}, K = {CE_K}, V = {CE_VS[-1]})")
+bx.set_title(peak_label + ("" if ON_GPU else " — model only, no GPU here"))
+bx.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, v in enumerate(CE_VS):
+    yours = f"yours {ce_mem[YOURS][i] / 2**20:8.1f} MiB" if YOURS in ce_mem else "yours not written yet"
+    print(f"V={v:<7} eager {ce_mem['eager (logits and their gradient in memory)'][i] / 2**20:9.1f} MiB, {yours}; "
+          f"float32 logits {4 * CE_M * v / 2**20:.1f} MiB")
+for name in ce_ms:
+    print(f"{name:<44} {ce_ms[name]:7.2f} ms, {ce_mem_last[name] / 2**30:6.2f} GiB allocated "
+          f"(model {model_ms:.2f} ms)")
+if not ON_GPU:
+    print("No GPU: time was not measured; memory was counted in the interpreter at the small sizes above.")
+del h, w, targets
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ce-discuss-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for (the course's reference solution on an H100, 8192 × 4096 → 128256 bf16): eager 50.8 ms and
+# 11.7 GiB beyond its inputs; `torch.compile` 37.4 ms and 3.0 GiB (it fuses the softmax and its gradient into
+# one pass but still writes the bf16 logits); the chunked reference 64.5 ms and 1.41 GiB, of which 1.06 GiB are
+# the outputs `dh` and `dW` themselves (Liger-Kernel's fused linear cross-entropy, the library version of the
+# same idea: 64.1 ms, 1.10 GiB). Memory is the win: eight times less than eager, a chunk instead of the logits.
+# Time is not, yet, and the parts say why: per chunk of 512 rows, the portable GEMMs of notebook 04 take 1.08 ms
+# for the logits, 1.05 ms for `dh` and 1.80 ms for `dW` (cuBLAS: 0.80, 0.68 and 1.13), and the rows kernel
+# 0.23 ms. `dW`'s product is the slow one: its reduction dimension is the chunk's 512 rows, and each chunk reads
+# and writes all of `dW` again. Larger chunks trade memory for that traffic.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
+# ## What to take away
+#
+# * A fused forward leaves its backward without the intermediates it would have read: each one is saved (its
+#   bytes written, held and read back) or recomputed (its flops again). Save what is small or expensive (row
+#   statistics, products feeding a nonlinearity), recompute what is large and cheap (elementwise functions).
+# * `torch.compile`'s partitioner makes that choice as a minimum cut over the joint forward-backward graph; it
+#   recomputes elementwise ops but cannot invent a cheaper statistic, such as the log-sum-exp that makes
+#   attention's `P` one `exp` away.
+# * FlashAttention's backward rebuilds `P` from `lse`, reduces `dS`'s softmax term to `delta = rowsum(dO ∘ O)`,
+#   and splits into a key-parallel kernel (`dK`, `dV`) and a query-parallel one (`dQ`), computing `S` twice
+#   instead of adding `dQ` with atomics: exact, deterministic, `O(N)` memory.
+# * Where two reductions run along different axes of one large intermediate (the logits' rows for `lse`, its
+#   columns for `dW`), chunk the other axis and finish the backward of each chunk while it exists: memory of a
+#   chunk, and the cost of re-reading what the chunks accumulate into.
