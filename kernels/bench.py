@@ -20,7 +20,7 @@ from pathlib import Path
 
 import kernels  # noqa: F401  (device set-up)
 from autograder import runtime
-from kernels import bench_compiler, bench_gemm, bench_peers, bench_streaming
+from kernels import bench_compiler, bench_gemm, bench_peers, bench_streaming, bench_training
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it must be no slower than)
@@ -347,6 +347,8 @@ def markdown(result: dict) -> str:
         lines += bench_gemm.markdown(result["epilogue_rows"])
     if result.get("streaming_rows"):
         lines += bench_streaming.markdown(result["streaming_rows"])
+    if result.get("training_rows"):
+        lines += bench_training.markdown(result["training_rows"])
     if result.get("compiler_rows"):
         lines += bench_compiler.markdown(result["compiler_rows"])
     if result.get("peer_rows"):
@@ -445,6 +447,7 @@ def main(argv=None) -> int:
         "gemm_rows": _gemm_rows(prof, progress),
         "epilogue_rows": bench_gemm.rows(prof, progress),
         "streaming_rows": bench_streaming.rows(prof, progress),
+        "training_rows": bench_training.rows(prof, progress),
         "peer_rows": bench_peers.rows(prof, progress),
         "compiler_rows": bench_compiler.rows(prof, progress),
         "goals": {},
@@ -456,6 +459,7 @@ def main(argv=None) -> int:
             result["goals"][r["kernel"]] = {"min_fraction_of_copy": min_frac, "no_slower_than": baseline, "met": ok}
     result["goals"].update(bench_gemm.goals(result["epilogue_rows"]))
     result["goals"].update(bench_streaming.goals(result["streaming_rows"]))
+    result["goals"].update(bench_training.goals(result["training_rows"]))
     result["goals"].update(bench_compiler.goals(result["compiler_rows"]))
     if args.sweep:
         result["sweep"] = [{"kernel": k, "config": c, "GBps": round(g, 1)} for k, c, g in sweep(progress)]
