@@ -406,9 +406,10 @@ else:
 # backward and 0.73 to 0.74 of cuDNN's; at `N = 16384` 0.69 to 0.71, at `D = 64` 0.77 (not causal) and 0.84
 # (causal). Where the rest goes: the `dK, dV` kernel holds two `BLOCK_N × D` float32 accumulators and issues
 # four tile products per step, so at `D = 128` its registers allow one program per SM; and `S` and `dP` are
-# computed twice, once in each kernel. cuDNN's kernel computes them once, adds `dQ` with atomics, and overlaps
-# one warp group's softmax arithmetic with another's tensor-core products (warp specialisation), which Triton 3.6
-# does not do for this loop on Hopper. The tile settings of both kernels came from timing each alone
+# computed twice, once in each kernel. The published FlashAttention-2 and -3 backward passes compute them once
+# and add `dQ` with float atomics instead, and FlashAttention-3 overlaps one warp group's softmax arithmetic with
+# another's tensor-core products (warp specialisation), which Triton 3.6 does not do for this loop on Hopper
+# (cuDNN's own kernel is not documented; its forward, profiled, is warp-specialised). The tile settings of both kernels came from timing each alone
 # (`python -m kernels.bench_training --sweep`): the `dQ` kernel gained 15% from a third pipeline stage.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
