@@ -11,10 +11,10 @@ import torch
 
 from . import config as config_mod
 from . import integrity, registry, runtime, warmup
-from . import fingerprint, grade_compiled, grade_kernel, grade_numeric, grade_step
+from . import fingerprint, grade_compiled, grade_kernel, grade_numeric, grade_step, grade_training
 from .report import FAILED, CriterionResult, Report
 from .sandbox import TritonLaunches, quiet
-from .specs import CRITERIA, CompiledExercise, KernelExercise, StepExercise, check_callable
+from .specs import CRITERIA, CompiledExercise, KernelExercise, StepExercise, TrainingExercise, check_callable
 
 
 def check(exercise_id: str, fn, *, criteria=None) -> Report:
@@ -41,6 +41,8 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
         graders = grade_step.GRADERS
     elif isinstance(ex, CompiledExercise):
         graders = grade_compiled.GRADERS
+    elif isinstance(ex, TrainingExercise):
+        graders = grade_training.GRADERS
     else:
         graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)

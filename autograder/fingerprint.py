@@ -147,6 +147,10 @@ def notes_for_kernels(kernels) -> list[str]:
     return notes
 
 
+# Answer modules whose op is graded only as part of a larger exercise (no autograder.ops module of their own).
+PARTS_OF_ANSWERS = {"silu_mul": "07.decoder"}
+
+
 def table_from(root: Path) -> list[dict]:
     """The rows of reference_kernels.json: every kernel a module of kernels/ launches (kernel[grid](...)), the
     reference solutions' and the teaching modules' (students have those: calling one instead of writing a
@@ -157,6 +161,8 @@ def table_from(root: Path) -> list[dict]:
     from .handout import TEACHING_KERNELS, answer_modules
 
     def exercises_of(module: str) -> str:  # the exercises graded against this op's torch side
+        if module in PARTS_OF_ANSWERS:
+            return PARTS_OF_ANSWERS[module]
         return ", ".join(ex.id for ex in registry.all_exercises()
                          if getattr(getattr(ex, "reference", None), "__module__", "") == f"autograder.ops.{module}")
 

@@ -99,7 +99,10 @@ def _own_modules() -> list[types.ModuleType]:
 _SETTLES = {("autograder.device", "_profile"), ("autograder.registry", "_registry"), ("autograder.integrity", "_record")}
 _VOLATILE = {("autograder.runtime", "_announced"), ("autograder.integrity", "_names_seen"),
              ("kernels.multi_tensor_adamw", "_TABLE_CACHE"),  # address tables, filled as tensor lists come
-             ("kernels.tma", "_UNCOMPILABLE")}  # kernel settings this Triton refused, filled on first launches
+             ("kernels.tma", "_UNCOMPILABLE"),  # kernel settings this Triton refused, filled on first launches
+             # the tokenised text, kept after its first use; the training criterion draws yours and eager's
+             # batches from it alike, so what it holds cannot favour a submission
+             ("autograder.text_corpus", "_CACHE")}
 
 
 def _copy(value):
@@ -352,6 +355,16 @@ def verify() -> None:
             f"{listed}{more}\nGrading needs the grader, torch and triton as they were installed: remove the "
             "code that replaces them and run the notebook again from the top."
         )
+
+
+def seal(container) -> None:
+    """The grader itself filled `container` (a recorded dict or list): make what it holds now the record, so
+    that only an entry added or changed by anything else is tampering. Nothing to do when not protected."""
+    if _record is None:
+        return
+    for i, (label, recorded, _) in enumerate(_record.containers):
+        if recorded is container:
+            _record.containers[i] = (label, container, _copy(container))
 
 
 def restore() -> list[str]:

@@ -70,3 +70,32 @@ def print_against_model(names, measured: dict, model: dict, n_bytes: float, copy
             got = f"{measured[n]:.3f} ms, {gbps:5.0f} GB/s effective = {gbps / copy_gbps:.2f} of copy"
         model_ms = f"model {model[n]:.3f} ms" if n in model else ""
         print(f"{n:<{width}} {got:<48} {model_ms}")
+
+
+def kernel_timeline(ax, prof, title: str, triton_names=()) -> dict:
+    """One step's GPU kernels from a torch.profiler profile, as bars on a time axis, one row per kind: Triton
+    kernels (those named in triton_names, or any whose name starts with an underscore or "triton_"), cuBLAS
+    GEMMs, everything else. Returns {kind: total ms}."""
+    from torch.autograd import DeviceType
+
+    rows = {"Triton kernels": [], "cuBLAS GEMMs": [], "other PyTorch kernels": []}
+    events = [e for e in prof.events() if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    if not events:
+        ax.text(0.5, 0.5, "no GPU kernels recorded", ha="center", transform=ax.transAxes)
+        return {k: 0.0 for k in rows}
+    t0 = min(e.time_range.start for e in events)
+    for e in events:
+        name = e.name
+        if name in triton_names or name.startswith(("_", "triton_")):
+            kind = "Triton kernels"
+        elif any(s in name.lower() for s in ("gemm", "nvjet", "cutlass", "sm90_xmma", "ampere_")):
+            kind = "cuBLAS GEMMs"
+        else:
+            kind = "other PyTorch kernels"
+        rows[kind].append(((e.time_range.start - t0) / 1e3, (e.time_range.end - e.time_range.start) / 1e3))
+    for i, (kind, spans) in enumerate(rows.items()):
+        ax.broken_barh(spans, (i - 0.4, 0.8), color=f"C{i}")
+    ax.set_yticks(range(len(rows)), [f"{k}\n{sum(d for _, d in s):.2f} ms" for k, s in rows.items()], fontsize=8)
+    ax.set_xlabel("ms since the step's first kernel")
+    ax.set_title(title)
+    return {k: sum(d for _, d in s) for k, s in rows.items()}

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-CRITERIA = ("correctness", "precision", "performance", "fusion", "memory", "graph", "kernels")
+CRITERIA = ("correctness", "precision", "performance", "fusion", "memory", "graph", "kernels", "training")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +186,52 @@ class CompiledExercise(Exercise):
     max_kernels: int = 0  # kernels it may launch besides those (Inductor's, cuBLAS's, copies)
     kernels_what: str = ""  # what those few kernels are, for the message
     timed: "KernelExercise | None" = None  # performance: graded as this kernel exercise, on the compiled function
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCase:
+    """A model configuration and a batch shape; `steps` and `lr` where a training run is made of it."""
+
+    config: Any
+    batch: int
+    seq_len: int
+    steps: int = 0
+    lr: float = 0.0
+
+    def __str__(self) -> str:
+        c = self.config
+        return (f"{c.layers} layers, d={c.dim}, {c.heads} heads, f={c.hidden}, vocabulary {c.vocab}, "
+                f"batch {self.batch} x {self.seq_len} tokens")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingExercise(Exercise):
+    """A model's loss as a function of its parameters, fn(params, tokens, targets, config) -> 0-d loss, whose
+    backward goes through the student's autograd Functions: graded on its gradients against float64, on a
+    training run against eager PyTorch's, on time against torch.compile and on peak memory against eager."""
+
+    init: Callable[..., dict] = None  # (config, dtype, device, seed) -> {name: leaf tensor}
+    reference: Callable[..., tuple] = None  # (params, tokens, targets, config) -> float64 (loss, {name: grad})
+    eager: Callable[..., torch.Tensor] = None  # (params, tokens, targets, config) -> loss, plain PyTorch
+    tokens: Callable[..., torch.Tensor] = None  # (vocab) -> the text as ids below vocab, to draw batches from
+    cases_cpu: tuple = ()  # TrainingCase: the gradients graded in the interpreter
+    cases_gpu: tuple = ()
+    training_cpu: TrainingCase = None  # with steps and lr
+    training_gpu: TrainingCase = None
+    perf_case: TrainingCase = None
+    memory_cpu: TrainingCase = None
+    memory_gpu: TrainingCase = None
+    # A gradient's relative error against float64 may be this many times eager PyTorch's in the same dtype, or
+    # the dtype's floor, whichever is larger.
+    precision_factor: float = 4.0
+    precision_floor: dict = dataclasses.field(default_factory=dict)
+    # The last `loss_window` losses of the run, averaged, may differ from eager float32's by the larger of
+    # `loss_floor` and `loss_factor` times eager's own difference in the graded dtype.
+    loss_window: int = 5
+    loss_floor: float = 0.02
+    loss_factor: float = 3.0
+    max_memory_fraction: float = 0.6  # of eager's peak, at the memory case
+    default_min_fraction: float = 0.4  # of torch.compile's tokens/s
 
 
 def _is_triton_kernel(fn) -> bool:

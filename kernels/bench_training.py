@@ -1,6 +1,7 @@
 """Notebook 07's training kernels on one device: FlashAttention's backward against SDPA's backward (each backend
 named apart) and autograd through the textbook attention; linear cross-entropy forward and backward against
-eager PyTorch, torch.compile and Liger-Kernel, with the peak extra memory of each.
+eager PyTorch, torch.compile and Liger-Kernel, with the peak extra memory of each; and the capstone's training
+step (kernels/bench_capstone.py).
 
     python -m kernels.bench_training                 # the rows, printed
     python -m kernels.bench_training --json F.json   # and kept
@@ -116,11 +117,15 @@ def _ce_row(progress):
 
 
 def rows(prof, progress):
-    return _attention_rows(progress) + [_ce_row(progress)]
+    from kernels import bench_capstone
+
+    return _attention_rows(progress) + [_ce_row(progress)] + bench_capstone.rows(prof, progress)
 
 
 def goals(result_rows) -> dict:
-    met = {}
+    from kernels import bench_capstone
+
+    met = bench_capstone.goals(result_rows)
     attention = [r for r in result_rows if r["kernel"] == "flash_attention_backward"]
     if attention:
         worst = min(r["fraction_of_sdpa"] for r in attention)
@@ -151,7 +156,9 @@ def markdown(result_rows) -> list[str]:
             lines.append(f"| linear cross-entropy, forward and backward | {r['shape']} | " + " | ".join(
                 f"{r['ms'][k]:.1f} ms, +{r['extra_GiB'][k]:.2f} GiB" for k in r["ms"]) + " |")
             lines += [f"{name}: {why}" for name, why in r["missing"].items()]
-    return lines
+    from kernels import bench_capstone
+
+    return lines + bench_capstone.markdown(result_rows)
 
 
 def sweep(progress):

@@ -88,7 +88,10 @@ def ce_launch_settings(M: int, V: int, K: int, element_size: int = 2) -> dict:
     return dict(BLOCK_M=128, BLOCK_V=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=4)
 
 
-def _check_inputs(h, w, targets) -> tuple[int, int, int]:
+def _check_inputs(h, w, targets, sync: bool = True) -> tuple[int, int, int]:
+    """(M, K, V), or a ValueError naming what is malformed. With sync=False the targets' range is checked on the
+    GPU (a device-side assert) instead of read back to the host: a training step then never waits for the GPU,
+    and can be recorded in a CUDA graph."""
     if h.dim() != 2 or w.dim() != 2 or h.shape[1] != w.shape[1]:
         raise ValueError(f"want h (M, K) and w (V, K), got {tuple(h.shape)} and {tuple(w.shape)}")
     if h.dtype != w.dtype or not h.is_floating_point():
@@ -97,7 +100,9 @@ def _check_inputs(h, w, targets) -> tuple[int, int, int]:
         raise ValueError(f"want integer targets of shape ({h.shape[0]},), got {targets.dtype} {tuple(targets.shape)}")
     M, K = h.shape
     V = w.shape[0]
-    if M and (int(targets.min()) < 0 or int(targets.max()) >= V):
+    if M and not sync and targets.is_cuda:
+        torch._assert_async(((targets >= 0) & (targets < V)).all(), f"targets must lie in [0, {V})")
+    elif M and (int(targets.min()) < 0 or int(targets.max()) >= V):
         raise ValueError(f"targets must lie in [0, {V}), got values from {int(targets.min())} to {int(targets.max())}")
     return M, K, V
 

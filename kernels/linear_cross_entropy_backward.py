@@ -129,3 +129,35 @@ def linear_cross_entropy_forward_backward(h: torch.Tensor, w: torch.Tensor, targ
         gemm_into(dl, w, dh[start:start + n])
         gemm_into(dl.t(), h_c, dw, accumulate=start > 0)
     return loss, dh, dw
+
+
+def linear_cross_entropy_forward_backward_cublas(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor,
+                                                 rows: int | None = None):
+    """The same chunked forward and backward with the three products left to torch.mm (cuBLAS), the rows kernel
+    alone in Triton: the version a training step uses, where the fusion that matters is the chunking. Each
+    chunk's logits come out of the GEMM in the inputs' dtype (as eager's `(h @ w.T).float()` has them), and the
+    rows kernel overwrites them with dlogits in place, so a chunk costs one (rows, V) buffer. dW accumulates in
+    its own dtype, one rounding per chunk: a quarter of the rows, 2048 at most, keep that to a few. The targets'
+    range is checked on the GPU: nothing here waits for it."""
+    M, K, V = _check_inputs(h, w, targets, sync=False)
+    loss = torch.zeros((), dtype=torch.float32, device=h.device)
+    dh = torch.empty((M, K), dtype=h.dtype, device=h.device)
+    dw = torch.empty((V, K), dtype=w.dtype, device=w.device)
+    if M == 0:
+        return loss.fill_(float("nan")), dh, dw.zero_()
+    rows = min(M, rows or max(16, min(2**27 // (h.element_size() * V), 2048, M // 4) // 16 * 16))
+    buffer = torch.empty((rows, V), dtype=h.dtype, device=h.device)
+    per_program = 1 if h.is_cuda else 64
+    block_v = min(4096, triton.next_power_of_2(V))
+    for start in range(0, M, rows):
+        n = min(rows, M - start)
+        h_c, lg = h[start:start + n], buffer[:n]
+        torch.mm(h_c, w.t(), out=lg)
+        _ce_rows_kernel[(triton.cdiv(n, per_program),)](lg, lg, targets[start:start + n], loss, n, V, lg.stride(0),
+                                                        lg.stride(0), 1.0 / M, ROWS=per_program, BLOCK_V=block_v)
+        torch.mm(lg, w, out=dh[start:start + n])
+        if start == 0:
+            torch.mm(lg.t(), h_c, out=dw)
+        else:
+            dw.addmm_(lg.t(), h_c)
+    return loss, dh, dw

@@ -86,6 +86,9 @@ def fused_chain(x, bias, alpha):
         "flash_attention_backward": ("*strides, LOG2E * scale, scale,", "*strides, LOG2E * scale, 1.0,"),
         # dlogits = p - y, not divided by M: the loss is the mean, its gradients are those of the sum.
         "linear_cross_entropy_forward_backward": ("(g * inv_m).to(", "g.to("),
+        # The embedding's backward copies each token's gradient instead of adding it: a token seen twice keeps
+        # one. (Her decoder also runs her attention backward above.) Eight training steps still follow eager's.
+        "decoder_loss": ("grad.index_add_(0, ids, dx.float())", "grad.index_copy_(0, ids, dx.float())"),
     },
 }
 # Cells that must score 0 for carol (besides performance, 0 for everyone here). Her fused_chain has the right
@@ -105,7 +108,8 @@ CAROL_FAILS = {
     NB6: {"test_rmsnorm_op_correctness", "test_fake_quant_graph", "test_row_argmax_correctness"},
     # The gradients M times too large: memory is not judged on a wrong result, so its cell fails too.
     NB7: {f"test_{ex}_{c}" for ex in ("flash_attention_backward", "linear_cross_entropy_backward")
-          for c in ("correctness", "precision")} | {"test_linear_cross_entropy_backward_memory"},
+          for c in ("correctness", "precision")} | {"test_linear_cross_entropy_backward_memory",
+                                                    "test_decoder_correctness"},
 }
 # What carol's feedback must say, per notebook.
 CAROL_FEEDBACK = {
@@ -117,9 +121,9 @@ CAROL_FEEDBACK = {
     NB5: ["never divided by the row's sum", "not scaled by 1/sqrt(D)", "the logits were rounded to the inputs' dtype",
           "allowed"],
     NB6: ["register_autograd", "Tensor.item()", "5x4097 padded", "not counted (no GPU)"],
-    NB7: ["lack the 1/sqrt(D) of the scores", "the gradients are not divided by M"],
+    NB7: ["lack the 1/sqrt(D) of the scores", "the gradients are not divided by M", "the gradient of embed"],
 }
-POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22), NB6: (23, 13), NB7: (18, 15)}  # (total, without the performance cells)
+POINTS = {NB1: (14, 11), NB2: (45, 33), NB3: (32, 23), NB4: (20, 14), NB5: (28, 22), NB6: (23, 13), NB7: (28, 22)}  # (total, without the performance cells)
 
 
 def _nbgrader(work, *args):

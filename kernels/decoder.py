@@ -1,0 +1,121 @@
+"""Notebook 07's capstone: the Llama-style decoder of autograder/ops/decoder.py assembled from the course's fused
+kernels, each behind a torch.autograd.Function that says what it saves for its backward.
+
+    RMSNorm            kernels/rmsnorm.py + rmsnorm_backward.py   saves x and the weight; rstd recomputed
+    attention          kernels/flash_attention(_backward).py      saves q, k, v, o and the log-sum-exp (B·H·T)
+    SwiGLU activation  kernels/silu_mul.py                        saves the GEMM's output; σ(g) recomputed
+    lm_head + loss     kernels/linear_cross_entropy_backward.py   computes dh and dW in the forward, chunk by
+                                                                  chunk, and saves them: never the logits
+The products (fused QKV, the attention's output projection, the MLP's fused gate-and-up and its down projection)
+are cuBLAS GEMMs, the embedding a gather with an atomic backward: fusion here is about everything between the GEMMs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from autograder.ops.decoder import DecoderConfig, check_parameters
+from kernels.flash_attention import flash_attention
+from kernels.flash_attention_backward import flash_attention_backward
+from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward_cublas
+from kernels.rmsnorm_backward import RMSNormFunction
+from kernels.silu_mul import SiluMulFunction
+
+
+class CausalAttentionFunction(torch.autograd.Function):
+    """o = CausalAttentionFunction.apply(q, k, v) for (B, H, T, D) views of any strides."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        o, lse = flash_attention(q, k, v, causal=True)
+        ctx.save_for_backward(q, k, v, o, lse)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        return flash_attention_backward(q, k, v, o, lse, do, causal=True)
+
+
+class EmbeddingFunction(torch.autograd.Function):
+    """x = EmbeddingFunction.apply(table, ids): a gather forward; the backward adds each row's gradient into a
+    float32 table with atomics (index_add_). PyTorch's own embedding backward sorts the ids and reads the number
+    of distinct ones back to the host: a synchronisation that leaves the GPU idle while the next step's forward
+    is launched, and that a CUDA graph cannot capture."""
+
+    @staticmethod
+    def forward(ctx, table, ids):
+        ctx.save_for_backward(ids)
+        ctx.table_shape, ctx.table_dtype = table.shape, table.dtype
+        return table[ids]
+
+    @staticmethod
+    def backward(ctx, dx):
+        (ids,) = ctx.saved_tensors
+        grad = torch.zeros(ctx.table_shape, dtype=torch.float32, device=dx.device)
+        return grad.index_add_(0, ids, dx.float()).to(ctx.table_dtype), None
+
+
+class LinearCrossEntropyFunction(torch.autograd.Function):
+    """loss = LinearCrossEntropyFunction.apply(h, w, targets): the gradients are made in the forward, while each
+    chunk's logits exist, and the backward only scales them by the loss's own gradient (1 in training)."""
+
+    @staticmethod
+    def forward(ctx, h, w, targets):
+        loss, dh, dw = linear_cross_entropy_forward_backward_cublas(h, w, targets)
+        ctx.save_for_backward(dh, dw)
+        return loss
+
+    @staticmethod
+    def backward(ctx, dloss):
+        dh, dw = ctx.saved_tensors
+        # Scaled by the loss's gradient (1 in plain training; not 1 under loss scaling or accumulation): one pass
+        # over dh and dW, cheaper than the host sync that testing it for 1 would cost.
+        return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None
+
+
+def decoder_loss(params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg: DecoderConfig) -> torch.Tensor:
+    """The mean cross-entropy (float32, 0-d) of the decoder over tokens (B, T) against targets (B, T), with a
+    backward through the course's kernels."""
+    check_parameters(params, cfg)
+    b, t = tokens.shape
+    x = EmbeddingFunction.apply(params["embed"], tokens.reshape(-1))  # (B·T, d)
+    for i in range(cfg.layers):
+        p = f"layers.{i}."
+        qkv = RMSNormFunction.apply(x, params[p + "attn_norm"], cfg.eps) @ params[p + "wqkv"].t()
+        q, k, v = qkv.view(b, t, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        o = CausalAttentionFunction.apply(q, k, v)
+        x = x + o.transpose(1, 2).reshape(b * t, cfg.dim) @ params[p + "wo"].t()
+        gu = RMSNormFunction.apply(x, params[p + "mlp_norm"], cfg.eps) @ params[p + "w_gate_up"].t()
+        x = x + SiluMulFunction.apply(gu) @ params[p + "w_down"].t()
+    h = RMSNormFunction.apply(x, params["norm"], cfg.eps)
+    return LinearCrossEntropyFunction.apply(h, params["lm_head"], targets.reshape(-1))
+
+
+def cuda_graphed_step(loss_fn, params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg: DecoderConfig):
+    """A forward and backward of loss_fn recorded once as a CUDA graph: step(tokens, targets) copies the batch into
+    the graph's own input buffers, replays every kernel of the step with one launch and returns (loss, grads),
+    buffers the next replay overwrites. A small model's step is ~90 launches of a few microseconds of GPU work
+    each: Python's launch path, not the GPU, then sets the pace, and a replay removes it. Everything the step does
+    must stay on the GPU (no .item(), no host synchronisation) and keep its shapes."""
+    static_tokens, static_targets = tokens.clone(), targets.clone()
+    leaves = list(params.values())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up away from the capture: compilation, the allocator's first blocks
+        for _ in range(2):
+            torch.autograd.grad(loss_fn(params, static_tokens, static_targets, cfg), leaves)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = loss_fn(params, static_tokens, static_targets, cfg)
+        grads = torch.autograd.grad(loss, leaves)
+
+    def step(new_tokens: torch.Tensor | None = None, new_targets: torch.Tensor | None = None):
+        if new_tokens is not None:
+            static_tokens.copy_(new_tokens)
+            static_targets.copy_(new_targets)
+        graph.replay()
+        return loss, grads
+
+    return step
