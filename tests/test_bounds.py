@@ -260,6 +260,25 @@ def test_pytorch_and_the_taught_algorithm_meet_the_bounds(exercise_id, fn, dtype
     assert worst <= 1.0, f"{exercise_id} {fn.__name__} {dtype}: error {worst:.2f} times the precision bound"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise_id, fn", [("05.linear_cross_entropy", _cross_entropy),
+                                             ("07.linear_cross_entropy_backward", _cross_entropy_backward)])
+def test_cross_entropy_bounds_hold_in_the_tail_of_the_confident_cases(exercise_id, fn):
+    """The grader draws new inputs every run, so a bound must hold for nearly every seed, not one: a peaked
+    softmax (logits of spread 40) carries the float32 logits' error into the gradients, and a bound without it
+    failed PyTorch's own backward on 2 seeds in 300 (and the reference, on an H100, once)."""
+    ex = registry.get(exercise_id)
+    shape = next(s for s in ex.shapes if "confident" in str(s))
+    failed = []
+    for seed in range(300):  # without the logits term, PyTorch failed 07's on seeds 179 and 274 (8 of 1500)
+        inputs = _inputs(ex, shape, torch.float32, seed)
+        for i, (out, ref) in enumerate(zip(_as_tuple(fn(**inputs)), _as_tuple(ex.reference(**inputs)))):
+            mismatch = _compare(out, ref, ex.out_dtype(torch.float32, i), *tolerance(ex, inputs, torch.float32))
+            if mismatch:
+                failed.append(f"seed {seed}: {mismatch}")
+    assert not failed, "; ".join(failed[:3])
+
+
 def test_layernorm_bound_still_fails_the_cancelling_variance():
     failed, worst = _worst("02.layernorm", _layer_norm_cancelling, torch.float32)
     assert any("offset" in f for f in failed) and worst > 10
