@@ -2,7 +2,7 @@
 kernels, each behind a torch.autograd.Function that says what it saves for its backward.
 
     RMSNorm            kernels/rmsnorm.py + rmsnorm_backward.py   saves x and the weight; rstd recomputed
-    attention          kernels/flash_attention(_backward).py      saves q, k, v, o and the log-sum-exp (B·H·T)
+    attention          kernels/flash_attention(_backward).py      saves qkv, o and the log-sum-exp (B·H·T)
     SwiGLU activation  kernels/silu_mul.py                        saves the GEMM's output; σ(g) recomputed
     lm_head + loss     kernels/linear_cross_entropy_backward.py   computes dh and dW in the forward, chunk by
                                                                   chunk, and saves them: never the logits
@@ -23,18 +23,36 @@ from kernels.silu_mul import SiluMulFunction
 
 
 class CausalAttentionFunction(torch.autograd.Function):
-    """o = CausalAttentionFunction.apply(q, k, v) for (B, H, T, D) views of any strides."""
+    """o = CausalAttentionFunction.apply(qkv, heads): causal attention over the fused projection's output qkv
+    (B, T, 3·d), returning (B·T, d) for the output projection. q, k and v are strided views of qkv, o is written
+    as (B, T, H, D) and the backward writes dq, dk and dv into one (B, T, 3·d) gradient: no copy either way
+    (a (B, H, T, D) layout would cost a transpose of o forward and a stack and a copy of the gradients back)."""
 
     @staticmethod
-    def forward(ctx, q, k, v):
-        o, lse = flash_attention(q, k, v, causal=True)
-        ctx.save_for_backward(q, k, v, o, lse)
-        return o
+    def forward(ctx, qkv, heads):
+        b, t, _ = qkv.shape
+        q, k, v = _heads(qkv, heads)
+        o = torch.empty((b, t, heads, q.shape[-1]), dtype=qkv.dtype, device=qkv.device)
+        _, lse = flash_attention(q, k, v, causal=True, out=o.transpose(1, 2))
+        ctx.save_for_backward(qkv, o, lse)
+        ctx.heads = heads
+        return o.view(b * t, -1)
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
-        return flash_attention_backward(q, k, v, o, lse, do, causal=True)
+        qkv, o, lse = ctx.saved_tensors
+        b, t, _ = qkv.shape
+        dqkv = torch.empty_like(qkv)
+        do = do.contiguous().view(o.shape).transpose(1, 2)
+        flash_attention_backward(*_heads(qkv, ctx.heads), o.transpose(1, 2), lse, do, causal=True,
+                                 out=_heads(dqkv, ctx.heads))
+        return dqkv, None
+
+
+def _heads(qkv: torch.Tensor, heads: int):
+    """q, k, v as (B, H, T, D) views of a (B, T, 3·H·D) tensor."""
+    b, t, width = qkv.shape
+    return qkv.view(b, t, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
 class EmbeddingFunction(torch.autograd.Function):
@@ -70,8 +88,9 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
     def backward(ctx, dloss):
         dh, dw = ctx.saved_tensors
         # Scaled by the loss's gradient (1 in plain training; not 1 under loss scaling or accumulation): one pass
-        # over dh and dW, cheaper than the host sync that testing it for 1 would cost.
-        return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None
+        # over dh and dW in a single launch, cheaper than the host sync that testing it for 1 would cost.
+        dh, dw = torch._foreach_mul([dh, dw], dloss)  # not in place: a second backward (retain_graph) stays right
+        return dh, dw, None
 
 
 def decoder_loss(params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg: DecoderConfig) -> torch.Tensor:
@@ -83,11 +102,10 @@ def decoder_loss(params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg:
     for i in range(cfg.layers):
         p = f"layers.{i}."
         qkv = RMSNormFunction.apply(x, params[p + "attn_norm"], cfg.eps) @ params[p + "wqkv"].t()
-        q, k, v = qkv.view(b, t, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        o = CausalAttentionFunction.apply(q, k, v)
-        x = x + o.transpose(1, 2).reshape(b * t, cfg.dim) @ params[p + "wo"].t()
+        o = CausalAttentionFunction.apply(qkv.view(b, t, 3 * cfg.dim), cfg.heads)
+        x = torch.addmm(x, o, params[p + "wo"].t())  # the residual added in cuBLAS's epilogue: no kernel of its own
         gu = RMSNormFunction.apply(x, params[p + "mlp_norm"], cfg.eps) @ params[p + "w_gate_up"].t()
-        x = x + SiluMulFunction.apply(gu) @ params[p + "w_down"].t()
+        x = torch.addmm(x, SiluMulFunction.apply(gu), params[p + "w_down"].t())
     h = RMSNormFunction.apply(x, params["norm"], cfg.eps)
     return LinearCrossEntropyFunction.apply(h, params["lm_head"], targets.reshape(-1))
 

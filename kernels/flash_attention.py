@@ -142,12 +142,23 @@ def _check_attention_inputs(q, k, v, causal: bool):
         raise ValueError(f"causal attention here needs as many keys as queries, got N={N}, N_kv={n_kv}")
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False):
-    """(o, lse): attention over the last two dimensions of q (B, H, N, D) and k, v (B, H, N_kv, D)."""
+def _check_out(out: torch.Tensor, like: torch.Tensor, name: str) -> None:
+    if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device or out.stride(-1) != 1:
+        raise ValueError(f"{name} must be a {like.dtype} tensor of shape {tuple(like.shape)} on {like.device} with "
+                         f"contiguous rows, got {out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}")
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    out: torch.Tensor | None = None):
+    """(o, lse): attention over the last two dimensions of q (B, H, N, D) and k, v (B, H, N_kv, D). With `out`
+    (a (B, H, N, D) view of any strides but the last), o is written there: a (B, N, H, D) buffer seen through
+    .transpose(1, 2) gives the (B·N, H·D) matrix the next projection reads, without a copy."""
     _check_attention_inputs(q, k, v, causal)
     B, H, N, D = q.shape
     n_kv = k.shape[2]
-    o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
+    if out is not None:
+        _check_out(out, q, "out")
+    o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     if N == 0 or B * H == 0:
         return o, lse

@@ -27,7 +27,7 @@ from autograder.ops.flash_attention_backward import (  # noqa: F401  the torch s
     attention_backward_flops,
     attention_backward_reference,
 )
-from kernels.flash_attention import LOG2E, _key_ranges
+from kernels.flash_attention import LOG2E, _check_out, _key_ranges
 
 
 @triton.jit
@@ -83,7 +83,7 @@ def _dkdv_over_queries(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, offs_n
 def _dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, H, N, N_KV,
                  stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
                  stride_vb, stride_vh, stride_vn, stride_vd, stride_db, stride_dh, stride_dn, stride_dd,
-                 qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 stride_gb, stride_gh, stride_gn, qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                  CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     block_n, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
@@ -118,7 +118,7 @@ def _dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr
                                 stride_qn, stride_dn, qk_scale, BLOCK_M, False, CAUSAL, PRECISION)
     dk, dv = _dkdv_over_queries(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, offs_n, offs_m0, tail, N, N,
                                 stride_qn, stride_dn, qk_scale, BLOCK_M, True, CAUSAL, PRECISION)
-    out = bh.to(tl.int64) * N_KV * HEAD_DIM + offs_n[:, None] * HEAD_DIM + offs_d[None, :]  # dK, dV contiguous
+    out = b * stride_gb + h * stride_gh + offs_n[:, None] * stride_gn + offs_d[None, :]  # dK and dV alike
     tl.store(dk_ptr + out, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys)
     tl.store(dv_ptr + out, dv.to(dv_ptr.dtype.element_ty), mask=keys)
 
@@ -152,7 +152,7 @@ def _dq_over_keys(dq, q, do, lse, delta, k_ptrs, v_ptrs, offs_m, offs_n0, lo, hi
 def _dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, H, N, N_KV,
                stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
                stride_vb, stride_vh, stride_vn, stride_vd, stride_db, stride_dh, stride_dn, stride_dd,
-               qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               stride_gb, stride_gh, stride_gn, qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
     # Causal: the last query blocks walk the most keys; starting them first keeps the tail short.
     block_m = tl.num_programs(0) - 1 - tl.program_id(0) if CAUSAL else tl.program_id(0)
@@ -176,7 +176,7 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, H, N, N_
                        qk_scale, BLOCK_N, False, CAUSAL, PRECISION)
     dq = _dq_over_keys(dq, q, do, lse, delta, k_ptrs, v_ptrs, offs_m, offs_n0, full, end, N_KV, stride_kn,
                        stride_vn, qk_scale, BLOCK_N, True, CAUSAL, PRECISION)
-    out = bh.to(tl.int64) * N * HEAD_DIM + offs_m[:, None] * HEAD_DIM + offs_d[None, :]  # dQ contiguous
+    out = b * stride_gb + h * stride_gh + offs_m[:, None] * stride_gn + offs_d[None, :]
     tl.store(dq_ptr + out, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows)
 
 
@@ -211,13 +211,21 @@ def _check_backward_inputs(q, k, v, o, lse, do, causal: bool):
                          f"N_kv={k.shape[2]}")
 
 
-def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False):
-    """(dq, dk, dv) of attention(q, k, v) for the output gradient do, given the forward's o and lse (B, H, N)."""
+def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, out=None):
+    """(dq, dk, dv) of attention(q, k, v) for the output gradient do, given the forward's o and lse (B, H, N).
+    With `out` = (dq, dk, dv), views of any strides but the last (dk's the same as dv's), the gradients are
+    written there: slices of one (B, N, 3, H, D) buffer are the fused QKV projection's gradient, no copy."""
     _check_backward_inputs(q, k, v, o, lse, do, causal)
     B, H, N, D = q.shape
     n_kv = k.shape[2]
-    dq, dk, dv = torch.empty_like(q, memory_format=torch.contiguous_format), torch.empty_like(
-        k, memory_format=torch.contiguous_format), torch.empty_like(v, memory_format=torch.contiguous_format)
+    if out is None:
+        dq, dk, dv = (torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+    else:
+        dq, dk, dv = out
+        for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+            _check_out(t, like, f"out's {name}")
+        if dk.stride() != dv.stride():
+            raise ValueError(f"out's dk and dv must share strides, got {dk.stride()} and {dv.stride()}")
     if B * H == 0 or N == 0 or n_kv == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     lse = lse.contiguous()
@@ -228,7 +236,9 @@ def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False):
     common = dict(HEAD_DIM=D, CAUSAL=causal, PRECISION="ieee" if q.dtype == torch.float32 else None)
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     _dkdv_kernel[(triton.cdiv(n_kv, kv_cfg["BLOCK_N"]), B * H)](
-        q, k, v, do, lse, delta, dk, dv, H, N, n_kv, *strides, LOG2E * scale, scale, **common, **kv_cfg)
+        q, k, v, do, lse, delta, dk, dv, H, N, n_kv, *strides, *dk.stride()[:3], LOG2E * scale, scale, **common,
+        **kv_cfg)
     _dq_kernel[(triton.cdiv(N, q_cfg["BLOCK_M"]), B * H)](
-        q, k, v, do, lse, delta, dq, H, N, n_kv, *strides, LOG2E * scale, scale, **common, **q_cfg)
+        q, k, v, do, lse, delta, dq, H, N, n_kv, *strides, *dq.stride()[:3], LOG2E * scale, scale, **common,
+        **q_cfg)
     return dq, dk, dv

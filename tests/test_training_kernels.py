@@ -35,6 +35,27 @@ def test_attention_backward_matches_float64_on_ragged_strided_heads(causal):
         assert g.shape == x.shape and _rel(g, x) < 1e-5
 
 
+def test_attention_writes_into_slices_of_a_fused_qkv_buffer():
+    from kernels.flash_attention import flash_attention
+
+    b, n, h, d = 1, 37, 2, 16
+    qkv = torch.randn(b, n, 3, h, d, generator=torch.Generator().manual_seed(5)).to(runtime.device())
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, H, N, D) views, strided
+    o_bnhd = torch.full((b, n, h, d), float("nan"), device=q.device)
+    o, lse = flash_attention(q, k, v, causal=True, out=o_bnhd.transpose(1, 2))
+    want_o, want_lse = attention_forward_outputs(q, k, v, True)
+    assert o.data_ptr() == o_bnhd.data_ptr() and _rel(o_bnhd.transpose(1, 2), want_o.double()) < 1e-5
+    do = torch.randn(b, n, h, d, generator=torch.Generator().manual_seed(6)).to(q.device).transpose(1, 2)
+    grads = torch.full_like(qkv, float("nan"))
+    flash_attention_backward(q, k, v, o, lse, do, True, out=grads.permute(2, 0, 3, 1, 4).unbind(0))
+    for g, x in zip(grads.permute(2, 0, 3, 1, 4).unbind(0), attention_backward_reference(q, k, v, o, lse, do, True)):
+        assert _rel(g, x) < 1e-5
+    with pytest.raises(ValueError, match="out's dk must be"):
+        flash_attention_backward(q, k, v, o, lse, do, True, out=(q.clone(), k[..., :8], v.clone()))
+    with pytest.raises(ValueError, match="out must be"):
+        flash_attention(q, k, v, out=o.double())
+
+
 def test_attention_backward_refuses_inputs_it_cannot_take():
     q = torch.randn(1, 2, 8, 16)
     o, lse = attention_forward_outputs(q, q, q)

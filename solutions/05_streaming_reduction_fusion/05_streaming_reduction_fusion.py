@@ -481,7 +481,7 @@ else:
 #     return o, lse
 ### BEGIN SOLUTION
 # include: kernels/flash_attention.py (LOG2E, _online_softmax_step, _visible, _key_ranges, _attend,
-#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, flash_attention)
+#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, _check_out, flash_attention)
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention-try", "locked": true, "schema_version": 3, "solution": false}

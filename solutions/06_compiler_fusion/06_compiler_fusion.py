@@ -214,7 +214,7 @@ if not ON_GPU:
 
 
 # include: kernels/flash_attention.py (LOG2E, _online_softmax_step, _visible, _key_ranges, _attend,
-#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, flash_attention)
+#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, _check_out, flash_attention)
 
 
 # include: kernels/linear_cross_entropy.py (_tile_stats, _logit_tile_stats_kernel, _combine_kernel,
