@@ -83,7 +83,10 @@ def _ce_row(progress):
     )
     from autograder.timing import bench_interleaved
     from kernels.bench_streaming import peak_extra_gib
-    from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward
+    from kernels.linear_cross_entropy_backward import (
+        linear_cross_entropy_forward_backward,
+        linear_cross_entropy_forward_backward_cublas,
+    )
 
     progress("linear_cross_entropy forward and backward 8192 x 4096 -> 128256 bf16 (torch.compile takes a while)")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -92,7 +95,9 @@ def _ce_row(progress):
     tg = torch.randint(0, 128256, (8192,), device="cuda", generator=g)
     compiled = torch.compile(linear_cross_entropy_backward_eager, dynamic=False)
     calls = {"eager": lambda: linear_cross_entropy_backward_eager(h, w, tg), "torch.compile": lambda: compiled(h, w, tg),
-             "triton": lambda: linear_cross_entropy_forward_backward(h, w, tg)}
+             "triton": lambda: linear_cross_entropy_forward_backward(h, w, tg),
+             # the capstone's: the same chunks, their three products in cuBLAS, bf16 logits overwritten by dlogits
+             "triton + cuBLAS products": lambda: linear_cross_entropy_forward_backward_cublas(h, w, tg)}
     missing = {}
     try:
         from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
@@ -113,7 +118,9 @@ def _ce_row(progress):
     return {"kernel": "linear_cross_entropy_backward", "shape": "8192x4096 -> 128256 bf16, forward and backward",
             "ms": t, "TFLOPs": {k_: flops / (v_ * 1e-3) / 1e12 for k_, v_ in t.items()}, "extra_GiB": mem,
             "time_over_compile": t["triton"] / t["torch.compile"],
-            "memory_over_compile": mem["triton"] / mem["torch.compile"], "missing": missing}
+            "memory_over_compile": mem["triton"] / mem["torch.compile"],
+            "cublas_time_over_compile": t["triton + cuBLAS products"] / t["torch.compile"],
+            "cublas_memory_over_compile": mem["triton + cuBLAS products"] / mem["torch.compile"], "missing": missing}
 
 
 def rows(prof, progress):
@@ -133,9 +140,13 @@ def goals(result_rows) -> dict:
                                            "met": worst >= 0.80}
     for r in result_rows:
         if r["kernel"] == "linear_cross_entropy_backward":
+            variants = [(r["time_over_compile"], r["memory_over_compile"])]
+            if "cublas_time_over_compile" in r:  # rows recorded before the cuBLAS variant have no such figures
+                variants.append((r["cublas_time_over_compile"], r["cublas_memory_over_compile"]))
             met["linear_cross_entropy_backward"] = {
                 **GOALS["linear_cross_entropy_backward"],
-                "met": r["time_over_compile"] <= 1.0 and r["memory_over_compile"] <= 0.5}
+                "best_time_over_compile": round(min(v[0] for v in variants), 3),
+                "met": any(t <= 1.0 and m <= 0.5 for t, m in variants)}
     return met
 
 

@@ -805,20 +805,22 @@ del params, leaves, steps
 # %% [markdown] nbgrader={"grade": false, "grade_id": "capstone-discuss-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for (the course's reference on an H100, torch 2.11, triton 3.6, 8 × 1024 tokens, bf16; the
 # committed benchmark in `kernels/results/training/`): the three loss curves lie on one another (after 200 steps
-# the mean of the last 20 losses: eager 3.386, `torch.compile` 3.385, the reference 3.423; eager's and the
+# the mean of the last 20 losses: eager 3.392, `torch.compile` 3.389, the reference 3.423; eager's and the
 # compiled model's own figures moved by 0.01 to 0.04 from one run to the next, their attention backward adding in
 # no fixed order, where the reference's kernels are deterministic). Memory is the clear win: 0.69 GiB beyond the
 # parameters against eager's 3.82 GiB (0.18) at `d = 512`, 1.25 against 4.64 GiB (0.27) at `d = 1024`, and below
 # `torch.compile`'s 1.06 and 1.61 GiB, because the logits never exist. Speed depends on the host: at `d = 512` the
-# reference runs 1010 k tokens/s against `torch.compile`'s 1593 and eager's 616, with the GPU busy about 4.5 ms of
-# an 8.1 ms step. A step launches over a hundred kernels, and Triton's launch path in Python costs tens of
+# reference runs 860 k tokens/s against `torch.compile`'s 1553 and eager's 617, with the GPU busy about 4.5 ms of
+# a 9.5 ms step. A step launches over a hundred kernels, and Triton's launch path in Python costs tens of
 # microseconds each, more than many of them run: the GPU waits for Python. Recorded once as a CUDA graph
-# (`kernels.decoder.cuda_graphed_step`), which removes the launches, the same step runs 1813 k tokens/s: 1.14x
+# (`kernels.decoder.cuda_graphed_step`), which removes the launches, the same step runs 1809 k tokens/s: 1.17x
 # `torch.compile`, and 0.98 of its "reduce-overhead" mode, which graphs its own kernels the same way. At
-# `d = 1024` the kernels are longer: 0.95 of `torch.compile`'s speed as it is, 0.97 graphed. Two layout choices
-# took the reference from 0.50 to 0.63 of `torch.compile` at `d = 512`: attention reads q, k and v as strided views
-# of the fused projection and writes `o` and the gradients where the next GEMM reads them (no transposes, no stack
-# of `dq, dk, dv`), and each residual is added in the output projection's epilogue (`torch.addmm`).
+# `d = 1024` the kernels are longer: 0.85 of `torch.compile`'s speed as it is, 0.98 graphed (the plain step's
+# ratios moved by up to 40% between machines, with the host's speed; the graphed ones by 2%). Two layout choices
+# took the reference from 0.50 to 0.55-0.63 of `torch.compile` at `d = 512`: attention reads q, k and v as
+# strided views of the fused projection and writes `o` and the gradients where the next GEMM reads them (no
+# transposes, no stack of `dq, dk, dv`), and each residual is added in the output projection's epilogue
+# (`torch.addmm`).
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
