@@ -83,7 +83,7 @@ def fused_chain(x, bias, alpha):
     },
     NB7: {
         # The scores' 1/sqrt(D) left out of dQ and dK (both launches); dV is right.
-        "flash_attention_backward": ("*strides, LOG2E * scale, scale,", "*strides, LOG2E * scale, 1.0,"),
+        "flash_attention_backward": ("LOG2E * scale, scale, **common,", "LOG2E * scale, 1.0, **common,"),
         # dlogits = p - y, not divided by M: the loss is the mean, its gradients are those of the sum.
         "linear_cross_entropy_forward_backward": ("(g * inv_m).to(", "g.to("),
         # The embedding's backward copies each token's gradient instead of adding it: a token seen twice keeps
