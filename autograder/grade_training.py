@@ -20,10 +20,10 @@ from .grade_kernel import _dtype_name, _seed, _student_error, _sync
 from .grade_perf import copy_peak, measure, not_measured, shared_gpu
 from .report import FAILED, PASSED, CriterionResult
 from .sandbox import TritonLaunches
-from .specs import TrainingCase, TrainingExercise
+from .specs import UNIT_ROUNDOFF, TrainingCase, TrainingExercise
+from .text_corpus import batches
 from .timing import extra_bytes
 
-UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
 def _dtypes() -> list[torch.dtype]:
@@ -32,11 +32,8 @@ def _dtypes() -> list[torch.dtype]:
 
 
 def _batch(ex: TrainingExercise, case: TrainingCase, seed: int, device):
-    ids = ex.tokens(case.config.vocab)
-    gen = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, ids.numel() - case.seq_len - 1, (case.batch,), generator=gen).tolist()
-    window = torch.stack([ids[s:s + case.seq_len + 1] for s in starts]).to(device)
-    return window[:, :-1].contiguous(), window[:, 1:].contiguous()
+    tokens, targets = next(batches(ex.tokens(case.config.vocab), case.batch, case.seq_len, 1, seed))
+    return tokens.to(device), targets.to(device)
 
 
 def _loss_and_grads(ex: TrainingExercise, fn, params: dict, tokens, targets, config, launches=None):

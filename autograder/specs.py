@@ -8,6 +8,9 @@ from typing import Any, Callable
 
 import torch
 
+# The unit roundoff of each dtype (half the gap between 1 and the next number): what one rounding may cost.
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
 CRITERIA = ("correctness", "precision", "performance", "fusion", "memory", "graph", "kernels", "training")
 
 

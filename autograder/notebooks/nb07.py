@@ -12,7 +12,7 @@ from ..ops import flash_attention as fa
 from ..ops import flash_attention_backward as fab
 from ..ops import linear_cross_entropy_backward as lceb
 from ..sandbox import to_device_keeping_layout
-from ..specs import KernelExercise, Shape, TrainingCase, TrainingExercise
+from ..specs import UNIT_ROUNDOFF, KernelExercise, Shape, TrainingCase, TrainingExercise
 from ..text_corpus import token_ids
 from .nb05 import _attention_inputs, _ce_inputs, _ce_bytes
 
@@ -40,7 +40,6 @@ def _attention_backward_float32_sums(inputs: dict, dtype) -> tuple[float, str]:
     return 4 * EPS32 * (math.sqrt(n) + math.sqrt(d)), f"float32 sums over N = {n} keys and D = {d}"
 
 
-UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 
 
 def _attention_grad_atol(inputs: dict, dtype) -> float:
