@@ -172,7 +172,8 @@ def sweep(progress):
         def run():
             o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
-            ge._gemm_gelu_residual_kernel[grid](x, wk, b, r, o, m, n, k, k, 1, n, 1, 1, n, 1, n, PRECISION=None, **cfg)
+            ge._gemm_gelu_residual_kernel[grid](x, wk, b, r, o, m, n, k, k, 1, n, 1, 1, n, 1, n, PRECISION=None,
+                                            APPROX_TANH=ge.approx_tanh_applies(o), **cfg)
             return o
         return run
 

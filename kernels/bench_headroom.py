@@ -192,11 +192,13 @@ def merge(paths: list[Path], out: Path) -> dict:
             threshold = cfg.perf_setting(ex.id, "min_fraction_of_peak", timed.default_min_fraction)
             min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
             row = {**row, "runs": [rescore(r, threshold, min_speedup) for r in row["runs"]],
-                   "measured": part["date"]}
+                   "measured": row.get("measured", part["date"])}
             row["summary"] = summarise(row, {ex.id: min_speedup})
             rows[(row["exercise"], row["role"], row["what"])] = row
     order = {ex.id: i for i, ex in enumerate(registry.all_exercises())}
-    merged = {**parts[-1], "only": [], "shapes": {}, "merged_from": [p.name for p in paths],
+    # A merged table given as a part stands for the runs it was merged from.
+    sources = [name for p, part in zip(paths, parts) for name in part.get("merged_from", [p.name])]
+    merged = {**parts[-1], "only": [], "shapes": {}, "merged_from": sources,
               "rounds": max(part["rounds"] for part in parts),
               "naive_rounds": min(part.get("naive_rounds", part["rounds"]) for part in parts),
               "rows": sorted(rows.values(), key=lambda r: (order[r["exercise"]], r["role"] != "solution"))}

@@ -61,8 +61,8 @@ def fused_chain(x, bias, alpha):
                        "    step_size = lr\n    rsqrt_bc2 = 1.0\n"),
     },
     NB4: {
-        "gemm_gelu_residual": ("    y = gelu_tanh(acc + bias[None, :]) + res.to(tl.float32)\n",
-                               "    y = gelu_tanh(acc + bias[None, :] + res.to(tl.float32))\n"),
+        "gemm_gelu_residual": ("    y = gelu_tanh(acc + bias[None, :], APPROX_TANH) + res.to(tl.float32)\n",
+                               "    y = gelu_tanh(acc + bias[None, :] + res.to(tl.float32), APPROX_TANH)\n"),
         "swiglu": ("    h = tl.fdiv(gate, 1.0 + tl.exp(-gate)) * up", "    h = tl.fdiv(1.0, 1.0 + tl.exp(-gate)) * up"),
     },
     NB5: {

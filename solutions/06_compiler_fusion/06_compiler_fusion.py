@@ -209,8 +209,8 @@ if not ON_GPU:
 
 # %% nbgrader={"grade": false, "grade_id": "yours", "locked": false, "schema_version": 3, "solution": true}
 ### BEGIN SOLUTION
-# include: kernels/gemm_epilogue.py (gelu_tanh, _epilogue_store, _gemm_gelu_residual_kernel, gemm_launch_settings,
-#     _check_epilogue_inputs, gemm_gelu_residual)
+# include: kernels/gemm_epilogue.py (gelu_tanh, approx_tanh_applies, _epilogue_store, _gemm_gelu_residual_kernel,
+#     gemm_launch_settings, _check_epilogue_inputs, gemm_gelu_residual)
 
 
 # include: kernels/flash_attention.py (LOG2E, _online_softmax_step, _visible, _key_ranges, _attend,
