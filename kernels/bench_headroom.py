@@ -75,6 +75,8 @@ def _argmax_one_setting(x):
 
 def _figures(f: dict) -> tuple:
     """(fraction of peak, speed-up, threshold) of a result; graded at several shapes, the worst shape's."""
+    if "fraction_of_compiled" in f:  # the training step: its peak is torch.compile's step, timed in turns
+        return f["fraction_of_compiled"], f.get("speedup_over_eager"), f.get("threshold")
     if "fraction_of_peak" in f or not any(k.endswith("_fraction_of_peak") for k in f):
         return f.get("fraction_of_peak"), f.get("speedup_over_eager"), f.get("threshold")
     parts = [k[: -len("_fraction_of_peak")] for k in f if k.endswith("_fraction_of_peak")]
@@ -174,6 +176,16 @@ def rescore(run: dict, threshold: float, min_speedup: float) -> dict:
     return {**run, "status": "passed" if ok else "failed", "threshold": threshold}
 
 
+def thresholds(ex, cfg) -> tuple[float, float]:
+    """(the bar on the fraction of the peak, the minimum speed-up over eager) that grading.toml sets for ex."""
+    from autograder.specs import TrainingExercise
+
+    timed = getattr(ex, "timed", None) or ex  # an exercise graded compiled is timed as its kernel exercise
+    key = "min_fraction_of_compiled" if isinstance(ex, TrainingExercise) else "min_fraction_of_peak"
+    return (cfg.perf_setting(ex.id, key, timed.default_min_fraction),
+            cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0))
+
+
 def merge(paths: list[Path], out: Path) -> dict:
     """One device's table from several runs (--only parts): later files replace earlier rows of the same
     version; every run scored against the current thresholds."""
@@ -188,9 +200,7 @@ def merge(paths: list[Path], out: Path) -> dict:
     for part in parts:
         for row in part["rows"]:
             ex = registry.get(row["exercise"])
-            timed = getattr(ex, "timed", None) or ex  # an exercise graded compiled is timed as its kernel exercise
-            threshold = cfg.perf_setting(ex.id, "min_fraction_of_peak", timed.default_min_fraction)
-            min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
+            threshold, min_speedup = thresholds(ex, cfg)
             row = {**row, "runs": [rescore(r, threshold, min_speedup) for r in row["runs"]],
                    "measured": row.get("measured", part["date"])}
             row["summary"] = summarise(row, {ex.id: min_speedup})

@@ -117,10 +117,7 @@ def test_headroom_verdicts_follow_the_committed_thresholds(path):
     cfg = config.load()
     r = json.loads(path.read_text())
     for row in r["rows"]:
-        ex = registry.get(row["exercise"])
-        timed = getattr(ex, "timed", None) or ex  # graded compiled: timed as its kernel exercise
-        threshold = cfg.perf_setting(ex.id, "min_fraction_of_peak", timed.default_min_fraction)
-        min_speedup = cfg.perf_setting(ex.id, "min_speedup_over_eager", 1.0)
+        threshold, min_speedup = bench_headroom.thresholds(registry.get(row["exercise"]), cfg)
         for run in row["runs"]:
             assert bench_headroom.rescore(run, threshold, min_speedup)["status"] == run["status"], row["what"]
         if row["role"] == "naive":
