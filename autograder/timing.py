@@ -3,6 +3,7 @@ runs (do_bench does that), on random data the caller provides."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from . import runtime
@@ -89,6 +90,26 @@ def bench_versions(versions: dict, desc: str = "timing", bench=None) -> dict:
     return {name: bench(fn) for name, fn in written_versions(versions, desc).items()}
 
 
+@contextlib.contextmanager
+def recording(graph):
+    """torch.cuda.graph(graph), with cuBLAS's workspaces dropped before and after the recording.
+
+    cuBLAS keeps one workspace per stream, allocated at first use, and graphs are recorded on one shared stream:
+    a recording that finds a workspace left by an earlier graph, or allocated outside any graph, replays into
+    memory it does not own. torch.compile's CUDA graphs drop every workspace when they record, the memory is
+    freed, and the next replay fails with "unspecified launch failure" (seen in the capstone's benchmark after
+    the GEMM benchmark's graphs). Dropped first, the workspace a recording needs is allocated in its own pool."""
+    import torch
+
+    drop = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # private; Inductor calls it for this reason
+    if drop is not None:
+        drop()
+    with torch.cuda.graph(graph):
+        yield graph
+    if drop is not None:
+        drop()
+
+
 def cuda_graph(fn):
     """fn() recorded once in a CUDA graph (after a warm-up call on a side stream); returns the replay.
 
@@ -103,7 +124,7 @@ def cuda_graph(fn):
         fn()  # compilation, autotuning and lazy set-up stay out of the recording
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with recording(graph):
         fn()
     return graph.replay
 

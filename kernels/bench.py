@@ -470,8 +470,9 @@ def main(argv=None) -> int:
     plot(result, stem.with_suffix(".png"))
     print(markdown(result))
     for k, g in result["goals"].items():
+        copy = f">= {g['min_fraction_of_copy']} of copy and " if "min_fraction_of_copy" in g else ""
         want = (f"at most {', '.join(f'{v} {name}' for name, v in g['at_most'].items())}" if "at_most" in g else
-                f">= {g['min_fraction_of_copy']} of copy and no slower than {g['no_slower_than']}"
+                f"{copy}no slower than {g['no_slower_than']}"
                 if "no_slower_than" in g else ", ".join(f"{name} {v}" for name, v in g.items() if name != "met"))
         print(f"goal {k}: {want}: {'MET' if g['met'] else 'NOT MET'}")
     for s in result.get("sweep", []):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from autograder.ops.decoder import DecoderConfig, check_parameters
+from autograder.timing import recording
 from kernels.flash_attention import flash_attention
 from kernels.flash_attention_backward import flash_attention_backward
 from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward_cublas
@@ -125,7 +126,7 @@ def cuda_graphed_step(loss_fn, params: dict, tokens: torch.Tensor, targets: torc
             torch.autograd.grad(loss_fn(params, static_tokens, static_targets, cfg), leaves)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with recording(graph):
         loss = loss_fn(params, static_tokens, static_targets, cfg)
         grads = torch.autograd.grad(loss, leaves)
 
