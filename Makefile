@@ -73,12 +73,12 @@ corpus: $(STAMP)
 
 # Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader.
 course: $(STAMP)
-	$(BIN)/python -m autograder.build
+	$(BIN)/python -m autograder.publish.build
 
 # What an instructor hands out, in dist/handout/: the release notebooks and the grader as a wheel, with none of
 # the reference solutions (only the teaching modules of kernels/). Its README says how students install it.
 handout: $(STAMP)
-	$(BIN)/python -m autograder.handout
+	$(BIN)/python -m autograder.publish.handout
 
 # The benchmark's peer column needs Liger-Kernel (the optional `bench` extra), installed pinned here.
 bench: $(STAMP)

@@ -8,16 +8,16 @@ Importing this package first picks where Triton kernels run (the interpreter whe
 
 import sys
 
-from . import runtime
+from autograder import runtime
 
 runtime.configure()
 
-from . import integrity  # noqa: E402
-from . import registry as _registry  # noqa: E402
-from .check import check  # noqa: E402
-from .device import profile as device_profile  # noqa: E402
-from .report import CriterionResult, Report  # noqa: E402
-from .specs import Exercise  # noqa: E402
+from autograder.guard import integrity  # noqa: E402
+from autograder import specs as _registry  # noqa: E402
+from autograder.check import check  # noqa: E402
+from autograder.measure.device import profile as device_profile  # noqa: E402
+from autograder.report import CriterionResult, Report  # noqa: E402
+from autograder.specs.exercise import Exercise  # noqa: E402
 
 
 def exercises() -> list[Exercise]:
@@ -37,7 +37,7 @@ def _verdicts_as_messages(shell) -> None:
     """A failed or unmeasured criterion shows as its message alone: the grader's frames above it are noise to a
     student (and name where the course is installed). The cell still ends in an error, which is what nbgrader
     scores; a student's own errors keep their full tracebacks."""
-    from .report import GPUShared, GradeFailed
+    from autograder.report import GPUShared, GradeFailed
 
     def show(self, etype, value, tb, tb_offset=None):
         self._showtraceback(etype, value, [f"{etype.__name__}: {value}"])

@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     if args.command == "grade-class":
         from pathlib import Path
 
-        from autograder.grade_class import GradingStopped, grade_class
+        from autograder.classroom.grade_class import GradingStopped, grade_class
 
         try:
             options = dict(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
@@ -65,10 +65,10 @@ def main(argv=None) -> int:
         return 0 if all(r["status"] == "graded" for r in rows) else 1
 
     import autograder
-    from autograder import checker
+    from autograder.checker import launch as checker
 
     if args.command == "device":
-        from autograder import capability
+        from autograder.measure import capability
 
         print(autograder.device_profile(refresh=args.refresh).describe())
         print("\n".join(capability.describe(capability.current())))
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         return 0
     criteria = args.criteria.split(",") if args.criteria else None
     if criteria:
-        from autograder.specs import CRITERIA
+        from autograder.specs.exercise import CRITERIA
 
         unknown = [c for c in criteria if c not in CRITERIA]
         if unknown:

@@ -9,12 +9,20 @@ import traceback
 
 import torch
 
-from . import config as config_mod
-from . import integrity, registry, runtime, warmup
-from . import fingerprint, grade_compiled, grade_kernel, grade_numeric, grade_step, grade_training
-from .report import FAILED, CriterionResult, Report
-from .sandbox import TritonLaunches, quiet
-from .specs import CRITERIA, CompiledExercise, KernelExercise, StepExercise, TrainingExercise, check_callable
+from autograder import config as config_mod
+from autograder import runtime
+from autograder.guard import integrity
+from autograder import specs as registry
+from autograder.criteria import warmup
+from autograder.guard import fingerprint
+from autograder.criteria import compiled as grade_compiled
+from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import numeric as grade_numeric
+from autograder.criteria import step as grade_step
+from autograder.criteria import training as grade_training
+from autograder.report import FAILED, CriterionResult, Report
+from autograder.guard.watch import TritonLaunches, quiet
+from autograder.specs.exercise import CRITERIA, CompiledExercise, KernelExercise, StepExercise, TrainingExercise, check_callable
 
 
 def check(exercise_id: str, fn, *, criteria=None) -> Report:

@@ -27,6 +27,14 @@ class GradingConfig:
             return float(table[part][key])
         return float(table.get(key, default))
 
+    def bar(self, ex, key: str, fallback: float, part: str | None = None) -> float:
+        """A pass bar of ex: grading.toml's override where it sets one, else the exercise's own (ex.bars, the
+        part's sub-dict first), else fallback."""
+        own = ex.bars.get(part, {}).get(key) if part is not None else None
+        if own is None:
+            own = ex.bars.get(key, fallback)
+        return self.perf_setting(ex.id, key, own, part)
+
 
 def load(path: str | os.PathLike | None = None) -> GradingConfig:
     path = Path(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)

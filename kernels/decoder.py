@@ -1,4 +1,4 @@
-"""Notebook 07's capstone: the Llama-style decoder of autograder/ops/decoder.py assembled from the course's fused
+"""Notebook 07's capstone: the Llama-style decoder of autograder/specs/decoder.py assembled from the course's fused
 kernels, each behind a torch.autograd.Function that says what it saves for its backward.
 
     RMSNorm            kernels/rmsnorm.py + rmsnorm_backward.py   saves x and the weight; rstd recomputed
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from autograder.ops.decoder import DecoderConfig, check_parameters
-from autograder.timing import recording
+from autograder.specs.decoder import DecoderConfig, check_parameters
+from autograder.measure.timing import recording
 from kernels.flash_attention import flash_attention
 from kernels.flash_attention_backward import flash_attention_backward
 from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward_cublas

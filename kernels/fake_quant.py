@@ -1,6 +1,6 @@
 """Per-tensor int8 fake quantization that torch.compile captures whole (notebook 06, exercise 2).
 
-The broken version (autograder/ops/fake_quant.py) reads the maximum back to the host with .item() and branches
+The broken version (autograder/specs/compiler_fusion.py) reads the maximum back to the host with .item() and branches
 on it in Python: two graphs, a device-to-host copy that waits for the GPU, and a recompilation for each
 distinct branch. Here the scale stays a 0-d tensor on the device and the branch is a torch.where, so Inductor
 compiles one graph: a (split) reduction for the maximum and one pointwise kernel that scales, rounds, clamps
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.ops.fake_quant import LEVELS, fake_quant_bytes, fake_quant_reference  # noqa: F401
+from autograder.specs.compiler_fusion import LEVELS, fake_quant_bytes, fake_quant_reference  # noqa: F401
 
 
 def fake_quant(x: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from autograder import runtime
-from autograder.ops.gemm_epilogue import (  # noqa: F401  the torch side of the op, shared with the grader
+from autograder.specs.gemm_epilogue_fusion import (  # noqa: F401  the torch side of the op, shared with the grader
     gemm_gelu_residual_bytes,
     gemm_gelu_residual_eager,
     gemm_gelu_residual_flops,
@@ -101,7 +101,7 @@ def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, str
 
 
 def gemm_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dict:
-    """Tile shape by regime, chosen by timing on an H200 (python -m kernels.bench_gemm --sweep). Shared memory
+    """Tile shape by regime, chosen by timing on an H200 (python -m kernels.bench.gemm --sweep). Shared memory
     holds num_stages - 1 pairs of x and w tiles: float32 elements take twice the room, so half the K step."""
     wide = element_size > 2
     if M <= 32:  # decode: the weights dominate the bytes; many narrow tiles keep enough loads in flight
@@ -188,7 +188,7 @@ def _gemm_gelu_residual_tma_kernel(x_desc, w_desc, r_desc, out_desc, b_ptr, stri
 
 
 # Tried in order: a setting this Triton cannot compile is skipped from then on. Chosen by timing 8192^3 bf16
-# on an H200 (python -m kernels.bench_gemm --sweep): FLATTEN overlaps each epilogue with the next tile's
+# on an H200 (python -m kernels.bench.gemm --sweep): FLATTEN overlaps each epilogue with the next tile's
 # loads (about 3%); SUBTILES=2 halves the shared memory of the r and out tiles, which makes room for the
 # flattened pipeline's buffers. Warp specialization measured no faster here.
 TMA_SETTINGS = (

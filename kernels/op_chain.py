@@ -100,7 +100,7 @@ def time_versions(x: torch.Tensor, n_ops: int) -> dict[str, float]:
 
     Used by notebook 01 and by the benchmark, so both measure the same thing the same way.
     """
-    from autograder.timing import bench_ms
+    from autograder.measure.timing import bench_ms
 
     compiled = torch.compile(lambda t: op_chain_eager(t, n_ops), dynamic=False)
     compiled(x)  # compile outside the timed region

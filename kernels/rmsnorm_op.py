@@ -15,8 +15,8 @@ import torch
 import triton
 from torch.library import triton_op, wrap_triton
 
-from .rmsnorm import _rmsnorm_kernel
-from .rmsnorm_backward import _programs, _rmsnorm_bwd_kernel, _sum_partials_kernel
+from kernels.rmsnorm import _rmsnorm_kernel
+from kernels.rmsnorm_backward import _programs, _rmsnorm_bwd_kernel, _sum_partials_kernel
 
 
 @triton_op("fusion_course::rmsnorm", mutates_args={})

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from autograder import build
+from autograder.publish import build
 
 SHOTS = build.ROOT / "docs" / "screenshots"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import build
+from autograder.publish import build
 
 SOURCE = "01_hbm_cost_model"
 ASSIGNMENT = "mini_01"

@@ -15,7 +15,8 @@ import pytest  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 import autograder  # noqa: E402, F401  (picks GPU or interpreter before any test module defines a kernel)
-from autograder import build, runtime  # noqa: E402
+from autograder import runtime
+from autograder.publish import build  # noqa: E402
 
 if os.environ["OMP_NUM_THREADS"] == "1":
     import torch  # noqa: E402

@@ -20,7 +20,8 @@ import pytest
 
 import browser
 import classroom
-from autograder import build, config
+from autograder import config
+from autograder.publish import build
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))]
 
@@ -204,7 +205,7 @@ def _feedback_pages(tmp_path):
     classroom.submit(work, "alice")
     classroom.submit(work, "bob", {"fused_chain": answer.replace("y = alpha * z * tl.sigmoid(z)", "y = z * tl.sigmoid(z)")})
     classroom.submit(work, "carol", {"fused_chain": answer + "\nimport os\nos._exit(1)\n"})
-    from autograder.grade_class import grade_class
+    from autograder.classroom.grade_class import grade_class
 
     rows = {r["student_id"]: r for r in grade_class(work, classroom.ASSIGNMENT, timeout=300, db_url=db,
                                                       echo=lambda m: None, progress=False)}

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import capability, grade_perf
-from autograder.capability import Capability
+from autograder.measure import capability
+from autograder.criteria import performance as grade_perf
+from autograder.measure.capability import Capability
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 GIB = 2**30
@@ -96,7 +97,7 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_
     """The float64 reference of attention at the benchmark shape needs 8 GiB for its scores: on a 16 GB card the
     grader's own yardstick must not run out of memory in the student's name. Its shapes still come from the meta
     device, so a wrong output shape is still caught at the benchmark size."""
-    from autograder import registry
+    from autograder import specs as registry
 
     import dataclasses
 
@@ -114,7 +115,7 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_
     assert [tuple(s.shape) for s in shapes] == [(1, 2, 16, 8), (1, 2, 16)]  # the output and its log-sum-exp
     assert all(s.device.type == "meta" for s in shapes)
     assert "does not fit" in note and "correctness shapes" in note
-    from autograder import grade_kernel as gk
+    from autograder.criteria import kernel as gk
 
     lse = torch.zeros(1, 2, 16, dtype=torch.float32)
     assert "output has shape (1, 2, 8, 8), expected (1, 2, 16, 8)" in gk.output_problem(
@@ -122,8 +123,8 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_
 
 
 def test_the_device_command_names_the_sizes_notebook_05_will_use():
-    """What `python -m autograder device` promises is what the notebook does: both read autograder.sizes."""
-    from autograder import sizes
+    """What `python -m autograder device` promises is what the notebook does: both read autograder.measure.sizes."""
+    from autograder.measure import sizes
 
     small = "\n".join(capability.describe(Capability("Tesla T4", 7, 5, 15 * GIB, int(14.5 * GIB))))
     assert "naive up to N = 4096" in small and "N = 8192, 16384 would need 48+ GiB" in small

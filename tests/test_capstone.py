@@ -6,9 +6,9 @@ import torch
 
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import check, runtime
-from autograder.ops import decoder as dec
-from autograder.text_corpus import batches, load_corpus, token_ids
-from kernels.bench_capstone import goals, markdown
+from autograder.specs import decoder as dec
+from autograder.specs.text_corpus import batches, load_corpus, token_ids
+from kernels.bench.capstone import goals, markdown
 from kernels.decoder import decoder_loss
 from kernels.silu_mul import SiluMulFunction
 
@@ -89,7 +89,7 @@ def test_the_grader_names_a_malformed_or_unfused_loss(fn, message):
 SEALED_EAGER_RUNS = """
 import autograder
 from autograder import check, grade_training, integrity
-from autograder.ops.decoder import decoder_loss_eager as decoder_loss  # quick in the interpreter
+from autograder.specs.decoder import decoder_loss_eager as decoder_loss  # quick in the interpreter
 
 integrity.protect()
 first = check("07.decoder", decoder_loss, criteria=["training"])["training"]
@@ -102,7 +102,7 @@ grade_training._EAGER_RUNS[next(iter(runs))] = (0.0,) * len(next(iter(runs.value
 try:
     integrity.verify()  # what check() does before it grades
 except integrity.TamperingError as exc:
-    assert "autograder.grade_training._EAGER_RUNS was changed" in str(exc), exc
+    assert "autograder.criteria.training._EAGER_RUNS was changed" in str(exc), exc
     print("REFUSED")
 """
 

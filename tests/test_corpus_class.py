@@ -16,7 +16,7 @@ import pytest
 
 import classroom
 import corpus_cases as corpus
-from autograder import build
+from autograder.publish import build
 
 pytestmark = pytest.mark.slow  # one class, graded once: conftest keeps these tests on one worker
 NAME = classroom.ASSIGNMENT

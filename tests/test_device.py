@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from autograder import device, runtime
+from autograder import runtime
+from autograder.measure import device
 
 
 def test_interpreter_is_chosen_without_a_gpu():

@@ -8,8 +8,11 @@ import textwrap
 import pytest
 import torch
 
-from autograder import build, check, fingerprint, scan
-from autograder.handout import answer_modules
+from autograder import check
+from autograder.publish import build
+from autograder.guard import fingerprint
+from autograder.guard import scan
+from autograder.publish.handout import answer_modules
 
 KERNEL = build.definition_source(build.ROOT / "kernels" / "fused_chain.py", "_fused_chain_kernel")
 

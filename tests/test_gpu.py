@@ -85,9 +85,9 @@ def test_notebook_02_references_pass_every_criterion_on_gpu(exercise, module, na
 def test_benchmark_inputs_are_drawn_on_the_gpu_like_the_cpu_ones():
     """The performance and memory criteria draw their large inputs with a CUDA generator (seconds saved per
     check): every input maker must run that way, giving what the CPU way gives in shape, dtype and layout."""
-    from autograder import grade_kernel as gk
-    from autograder import registry
-    from autograder.specs import KernelExercise
+    from autograder.criteria import kernel as gk
+    from autograder import specs as registry
+    from autograder.specs.exercise import KernelExercise
 
     for ex in registry.all_exercises():
         if not isinstance(ex, KernelExercise) or ex.perf_shape is None:

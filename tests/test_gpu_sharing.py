@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from autograder import build, gpu_share
+from autograder.publish import build
+from autograder.measure import gpu_share
 
 
 class _Proc:
@@ -166,13 +167,13 @@ def test_a_neighbour_computing_in_bursts_fails_no_correct_kernel():
 
 
 def _peak(profile=3000.0):
-    from autograder.grade_perf import Peak
+    from autograder.criteria.performance import Peak
 
     return Peak("copy", lambda: None, 3e9, profile, "GB/s")  # 3 GB a call: 1 ms is 3000 GB/s
 
 
 def _timings(peak_ms):
-    from autograder.grade_perf import Timings
+    from autograder.criteria.performance import Timings
 
     return Timings(yours_ms=2.0, eager_ms=4.0, peak_ms=peak_ms, spread=0.01)
 
@@ -186,7 +187,7 @@ def _timings(peak_ms):
 ])
 def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(monkeypatch, sharing, peak_ms, tries,
                                                                               clean):
-    from autograder import grade_perf
+    from autograder.criteria import performance as grade_perf
 
     after = iter(sharing)
     calls = []
@@ -201,7 +202,8 @@ def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(m
 
 
 def test_not_measured_stops_a_required_cell_without_failing_it():
-    from autograder import config, grade_perf
+    from autograder import config
+    from autograder.criteria import performance as grade_perf
     from autograder.report import GPUShared, Report
 
     cfg = config.load()
@@ -220,7 +222,7 @@ def test_not_measured_stops_a_required_cell_without_failing_it():
 def test_grade_class_finds_the_cells_whose_performance_was_not_measured():
     import nbformat
 
-    from autograder.class_gradebook import unmeasured
+    from autograder.classroom.gradebook import unmeasured
 
     nb = nbformat.v4.new_notebook()
     ok = nbformat.v4.new_code_cell("check(...)", metadata={"nbgrader": {"grade_id": "test_rmsnorm_correctness"}})

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import classroom
-from autograder import build
-from autograder.grade_class import grade_class
+from autograder.publish import build
+from autograder.classroom.grade_class import grade_class
 
 pytestmark = pytest.mark.slow  # one class, graded once: conftest keeps these tests on one worker
 NAME = classroom.ASSIGNMENT
@@ -107,7 +107,7 @@ def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):
     """A private, empty matplotlib folder made every student's first plot scan the machine's fonts again."""
     import matplotlib
 
-    from autograder import grade_class as gc
+    from autograder.classroom import grade_class as gc
 
     grading = tmp_path / "grading.toml"
     grading.write_text("")

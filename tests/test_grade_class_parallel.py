@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import classroom
-from autograder import class_runner
-from autograder.class_runner import Slot, gpu_slots
-from autograder.grade_class import grade_class
+from autograder.classroom import runners as class_runner
+from autograder.classroom.runners import Slot, gpu_slots
+from autograder.classroom.grade_class import grade_class
 
 NAME = classroom.ASSIGNMENT
 CORPUS = Path(__file__).parent / "corpus"

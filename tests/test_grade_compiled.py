@@ -5,11 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder import check, registry, runtime
+from autograder import check, runtime
+from autograder import specs as registry
 from autograder.config import load
-from autograder.grade_compiled import _compile_error
-from autograder.grade_kernel import _as_tuple, _compare, _inputs, tolerance
-from autograder.ops.fake_quant import fake_quant_broken
+from autograder.criteria.compiled import _compile_error
+from autograder.criteria.kernel import _as_tuple, _compare, _inputs, tolerance
+from autograder.specs.compiler_fusion import fake_quant_broken
 from kernels.fake_quant import fake_quant
 from kernels.rmsnorm import rmsnorm
 from kernels.rmsnorm_op import rmsnorm_op

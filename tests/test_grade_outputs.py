@@ -7,8 +7,9 @@ import torch.nn.functional as F
 
 import pytest
 
-from autograder import config, grade_kernel
-from autograder.specs import KernelExercise, Shape
+from autograder import config
+from autograder.criteria import kernel as grade_kernel
+from autograder.specs.exercise import KernelExercise, Shape
 from kernels import flash_attention as fa
 
 

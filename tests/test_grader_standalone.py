@@ -1,4 +1,4 @@
-"""The grader stands apart from the answers: autograder/ needs only the torch side of each op (autograder/ops/),
+"""The grader stands apart from the answers: autograder/ needs only the torch side of each op (autograder/specs/),
 never a Triton solution in kernels/, so a student's environment can hold the grader without the solutions."""
 
 import ast

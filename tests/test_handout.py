@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import handout
+from autograder.publish import handout
 
 NB = "01_hbm_cost_model"
 

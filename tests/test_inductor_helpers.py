@@ -1,4 +1,4 @@
-"""autograder/inductor.py: reading Inductor's generated code, Dynamo's graph breaks, the GPU's kernel table.
+"""autograder/measure/inductor.py: reading Inductor's generated code, Dynamo's graph breaks, the GPU's kernel table.
 
 The parsing tests run on code in the layout Inductor writes (a GPU module and a CPU one, cut down); Dynamo is
 run with explain only (no code generated), so the file stays fast. One test compiles with Inductor on the CPU.
@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-from autograder import inductor
+from autograder.measure import inductor
 
 GPU_CODE = '''
 triton_red_fused_pow_sum_0 = async_compile.triton('triton_red_fused_pow_sum_0', \'\'\'

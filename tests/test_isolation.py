@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from autograder import procs
-from autograder.footprint import Footprint
-from autograder.scan import scan_notebook, scan_source
+from autograder.guard import procs
+from autograder.guard.footprint import Footprint
+from autograder.guard.scan import scan_notebook, scan_source
 
 
 @pytest.mark.parametrize("name", ["01_hbm_cost_model", "02_vertical_fusion"])

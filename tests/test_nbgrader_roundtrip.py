@@ -16,7 +16,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder import build
+from autograder.publish import build
 
 pytestmark = pytest.mark.slow
 NB1, NB2, NB3, NB4 = "01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion"

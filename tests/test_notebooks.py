@@ -6,7 +6,8 @@ import json
 import nbformat
 import pytest
 
-from autograder import build, registry
+from autograder.publish import build
+from autograder import specs as registry
 
 NOTEBOOKS = [p.stem for p in build.sources()]
 
@@ -120,7 +121,7 @@ def test_numeric_solutions_agree_with_the_grader(root):
     for grade_id in ("chain_times", "layer_traffic"):
         cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
         exec(cell.source, ns)
-    from autograder.notebooks import nb01
+    from autograder.specs import hbm_cost_model as nb01
 
     assert ns["chain_times"](3, 1e9, 2e12, 5e-6) == pytest.approx(nb01.chain_times_reference(3, 1e9, 2e12, 5e-6))
     assert ns["layer_traffic"](*nb01.LLAMA2_7B) == pytest.approx(nb01.layer_traffic_reference(*nb01.LLAMA2_7B))
@@ -143,7 +144,7 @@ def _kernels_modules_imported(source: str) -> set[str]:
 def test_the_release_imports_no_reference_solution(root, name):
     """What students get holds only the teaching modules of kernels/ (make handout): a release notebook that
     imported another would fail there, and would hand out an answer where it did not."""
-    from autograder.handout import TEACHING_KERNELS
+    from autograder.publish.handout import TEACHING_KERNELS
 
     nb = nbformat.read(root / "course" / name / f"{name}.ipynb", as_version=4)
     imported = set()

@@ -6,7 +6,8 @@ import re
 import nbformat
 import pytest
 
-from autograder import build, similarity
+from autograder.publish import build
+from autograder.classroom import similarity
 
 NB = "01_hbm_cost_model"
 CELL = "fused_chain"

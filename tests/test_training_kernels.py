@@ -6,14 +6,14 @@ import torch
 
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import check, runtime
-from autograder.ops.flash_attention_backward import (
+from autograder.specs.fusion_for_training import (
     SdpaBackward,
     attention_backward_reference,
     attention_forward_outputs,
     saved_bytes,
 )
-from autograder.ops.linear_cross_entropy_backward import linear_cross_entropy_backward_reference
-from kernels.bench_training import goals, markdown
+from autograder.specs.fusion_for_training import linear_cross_entropy_backward_reference
+from kernels.bench.training import goals, markdown
 from kernels.flash_attention_backward import flash_attention_backward
 from kernels.linear_cross_entropy_backward import chunk_rows, linear_cross_entropy_forward_backward
 

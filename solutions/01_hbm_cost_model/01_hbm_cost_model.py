@@ -35,7 +35,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.plots import launch_seconds, peaks, roofline
+from autograder.teach.plots import launch_seconds, peaks, roofline
 from kernels import op_chain as chain
 
 profile = autograder.device_profile()
@@ -65,7 +65,7 @@ DEVICE = runtime.device()
 # %% nbgrader={"grade": false, "grade_id": "roofline-plot", "locked": true, "schema_version": 3, "solution": false}
 points = [("elementwise a*x+b, bf16", 0.5, None), ("RMSNorm, bf16", 1.0, None)]
 if ON_GPU:
-    from autograder.timing import bench_ms
+    from autograder.measure.timing import bench_ms
 
     for n in (512, 2048, 8192):
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -148,7 +148,7 @@ if ON_GPU:
             measured[version].append(ms)
     del x
 
-from autograder.timing import not_written
+from autograder.measure.timing import not_written
 
 try:
     model = [chain_times(n, size, bw_gbps * 1e9, launch_s) for n in N_OPS]
@@ -276,7 +276,7 @@ def layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
 check("01.layer_traffic", layer_traffic, criteria=["correctness"]).assert_passed("correctness")
 
 # %% nbgrader={"grade": false, "grade_id": "llama-use", "locked": true, "schema_version": 3, "solution": false}
-from autograder.timing import not_written
+from autograder.measure.timing import not_written
 
 try:
     unfused, fused, saving = layer_traffic(4, 2048, 4096, 11008, 2, bw_gbps * 1e9)
@@ -356,8 +356,8 @@ check("01.fused_chain", fused_chain, criteria=["fusion"]).assert_passed("fusion"
 
 # %% nbgrader={"grade": false, "grade_id": "compare", "locked": true, "schema_version": 3, "solution": false}
 if ON_GPU:
-    from autograder.ops.fused_chain import fused_chain_bytes, fused_chain_eager
-    from autograder.timing import bench_versions
+    from autograder.specs.hbm_cost_model import fused_chain_bytes, fused_chain_eager
+    from autograder.measure.timing import bench_versions
 
     x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(8192, device="cuda", dtype=torch.bfloat16)

@@ -35,10 +35,10 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.ops import layernorm as ln_ops
-from autograder.ops import rmsnorm as rms_ops
-from autograder.plots import bars_against_model, peaks, print_against_model
-from autograder.timing import bench_versions, not_written
+from autograder.specs import vertical_fusion as ln_ops
+from autograder.specs import vertical_fusion as rms_ops
+from autograder.teach.plots import bars_against_model, peaks, print_against_model
+from autograder.measure.timing import bench_versions, not_written
 from kernels import rmsnorm_variants
 
 profile = autograder.device_profile()
@@ -74,7 +74,7 @@ DEVICE = runtime.device()
 #
 # | version | kernels | HBM traffic | predicted time |
 # |---|---|---|---|
-# | eager (`autograder/ops/rmsnorm.py: rmsnorm_eager`) | 3 | ≈ 5 \|x\| | 5\|x\| / BW |
+# | eager (`autograder/specs/vertical_fusion.py: rmsnorm_eager`) | 3 | ≈ 5 \|x\| | 5\|x\| / BW |
 # | fused, two passes (`kernels/rmsnorm_variants.py: rmsnorm_two_pass`) | 1 | 3 \|x\| | 3\|x\| / BW |
 # | fused, one pass (`rmsnorm`, the exercise below) | 1 | 2 \|x\| | 2\|x\| / BW |
 #

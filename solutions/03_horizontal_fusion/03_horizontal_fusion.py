@@ -44,11 +44,11 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.ops import multi_tensor_adamw as adamw_ops
-from autograder.ops import qkv_projection as qkv_ops
-from autograder.ops import row_sum_sumsq as stats_ops
-from autograder.plots import bars_against_model, launch_seconds, peaks, print_against_model
-from autograder.timing import bench_versions, not_written
+from autograder.specs import horizontal_fusion as adamw_ops
+from autograder.specs import horizontal_fusion as qkv_ops
+from autograder.specs import horizontal_fusion as stats_ops
+from autograder.teach.plots import bars_against_model, launch_seconds, peaks, print_against_model
+from autograder.measure.timing import bench_versions, not_written
 
 profile = autograder.device_profile()
 print(profile.describe())
@@ -57,7 +57,7 @@ DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
 launch_s = launch_seconds(profile)
 if ON_GPU:
-    from autograder.timing import bench_ms, cuda_graph
+    from autograder.measure.timing import bench_ms, cuda_graph
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "siblings-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 1. Siblings that share an input

@@ -47,10 +47,10 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.ops import gemm_epilogue as epi_ops  # float64 reference and eager version of exercise 1's op
-from autograder.ops import swiglu as swiglu_ops  # the same for exercise 2's
-from autograder.plots import launch_seconds, peaks
-from autograder.timing import bench_interleaved, bench_ms, cuda_graph, not_written, written_versions
+from autograder.specs import gemm_epilogue_fusion as epi_ops  # float64 reference and eager version of exercise 1's op
+from autograder.specs import gemm_epilogue_fusion as swiglu_ops  # the same for exercise 2's
+from autograder.teach.plots import launch_seconds, peaks
+from autograder.measure.timing import bench_interleaved, bench_ms, cuda_graph, not_written, written_versions
 from kernels import matmul as tiled  # section 1's tiled matmul
 from kernels.matmul import check_gemm_inputs, dot_precision
 # The TMA copy engine's host-side helpers, for section 4's optional exercises:

@@ -51,13 +51,14 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from autograder import check, runtime, sizes
-from autograder.ops import flash_attention as attn_ops
-from autograder.ops import linear_cross_entropy as ce_ops
-from autograder.ops import softmax as sm_ops
-from autograder.plots import bars_against_model, peaks, print_against_model
-from autograder.timing import not_written, written_versions
-from autograder.timing import extra_bytes as measured_extra_bytes
+from autograder import check, runtime
+from autograder.measure import sizes
+from autograder.specs import streaming_reduction_fusion as attn_ops
+from autograder.specs import streaming_reduction_fusion as ce_ops
+from autograder.specs import streaming_reduction_fusion as sm_ops
+from autograder.teach.plots import bars_against_model, peaks, print_against_model
+from autograder.measure.timing import not_written, written_versions
+from autograder.measure.timing import extra_bytes as measured_extra_bytes
 from kernels.matmul import dot_precision, grouped_tile, tile_dot
 
 profile = autograder.device_profile()
@@ -66,7 +67,7 @@ ON_GPU = runtime.has_gpu()
 DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
 if ON_GPU:
-    from autograder.timing import bench_interleaved
+    from autograder.measure.timing import bench_interleaved
 
 
 def extra_bytes(fn) -> int:
@@ -96,7 +97,7 @@ def timed_in_turns(calls, desc, rounds=3, rep=50):
 # `j` only, so a kernel can load a tile, apply the whole chain and store it. Here output `j` needs `m` and `s`,
 # and those need **every** element of the row. No element can be written before the last one has been read.
 #
-# PyTorch, op by op (`softmax_eager` in `autograder/ops/softmax.py`), launches five kernels, and each moves
+# PyTorch, op by op (`softmax_eager` in `autograder/specs/streaming_reduction_fusion.py`), launches five kernels, and each moves
 # the whole row:
 #
 # | kernel | reads | writes | traffic |
@@ -532,7 +533,7 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_re
 # ### Your FlashAttention against the model
 #
 # The cell below measures, over sequence lengths, the memory each call allocates and the time of naive
-# attention (`attention_naive` from `autograder.ops.flash_attention`: `S` and `P` in memory), PyTorch's
+# attention (`attention_naive` from `autograder.specs.streaming_reduction_fusion`: `S` and `P` in memory), PyTorch's
 # `scaled_dot_product_attention` (SDPA, which dispatches to a FlashAttention kernel of its own on recent GPUs:
 # shown as SDPA picks, and with its cuDNN and FlashAttention-2 backends forced, so that you see where your kernel
 # stands against each; a backend your GPU or PyTorch build lacks is named and left out) and your

@@ -54,15 +54,16 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 from tqdm.auto import tqdm
 
-from autograder import check, runtime, sizes
-from autograder.inductor import (gpu_kernel_table, gpu_timeline, graph_report, kernel_source, launches_in_code,
+from autograder import check, runtime
+from autograder.measure import sizes
+from autograder.measure.inductor import (gpu_kernel_table, gpu_timeline, graph_report, kernel_source, launches_in_code,
                                  print_kernel_table, quiet, run_code)
-from autograder.ops import fake_quant as fq_ops
-from autograder.ops import linear_cross_entropy as ce_ops
-from autograder.ops import rmsnorm as rms_ops
-from autograder.ops import row_argmax as ra_ops
-from autograder.plots import bars_against_model, launch_seconds, peaks, print_against_model
-from autograder.timing import bench_ms, bench_versions, not_written, peak_extra_bytes, written_versions
+from autograder.specs import compiler_fusion as fq_ops
+from autograder.specs import streaming_reduction_fusion as ce_ops
+from autograder.specs import vertical_fusion as rms_ops
+from autograder.specs import compiler_fusion as ra_ops
+from autograder.teach.plots import bars_against_model, launch_seconds, peaks, print_against_model
+from autograder.measure.timing import bench_ms, bench_versions, not_written, peak_extra_bytes, written_versions
 from kernels.matmul import check_gemm_inputs, dot_precision, grouped_tile, tile_dot  # notebooks 04 and 05's helpers
 
 profile = autograder.device_profile()
@@ -122,7 +123,7 @@ def yours(name: str):
 # | RMSNorm, op by op, on bf16 `x` (below) | 6 | ≈ 18\|x\| (the float32 copy doubles every pass over it) | 2\|x\| |
 #
 # The cell compiles both, lists the kernels the generated `call()` launches (`launches_in_code` of
-# `autograder/inductor.py` reads them from the code `torch._inductor.utils.run_and_get_code` captures), and
+# `autograder/measure/inductor.py` reads them from the code `torch._inductor.utils.run_and_get_code` captures), and
 # prints the start of the first one. On a GPU you will see Triton; on a CPU, C++ (`cpp_fused_…`). To see the same
 # code from a script, run it with `TORCH_LOGS="output_code"`; `TORCH_LOGS="graph_breaks,recompiles"` reports the
 # events of section 2.
@@ -1138,7 +1139,7 @@ else:
 # ### torch.profiler, kernel by kernel
 #
 # The most direct check is the list of kernels the GPU ran. `gpu_kernel_table(fn, *args)` (in
-# `autograder/inductor.py`) wraps `torch.profiler` with CUDA activity only, calls `fn` twice to warm up, profiles
+# `autograder/measure/inductor.py`) wraps `torch.profiler` with CUDA activity only, calls `fn` twice to warm up, profiles
 # one call, and groups the GPU's events by name: count and time. The cell runs it on one transformer block
 # written in plain PyTorch (RMSNorm, attention through SDPA with a causal mask, a SwiGLU MLP, two residual adds),
 # eager and compiled, and splits the time into matrix products, attention and everything else. The products and

@@ -48,16 +48,17 @@ import triton
 import triton.language as tl
 from tqdm.auto import tqdm
 
-from autograder import check, runtime, sizes
-from autograder.ops import flash_attention as attn_ops
-from autograder.ops import flash_attention_backward as bwd_ops
-from autograder.ops import decoder as dec
-from autograder.ops import linear_cross_entropy_backward as ce_ops
-from autograder.ops.decoder import DecoderConfig, check_parameters
-from autograder.plots import kernel_timeline, peaks
-from autograder.text_corpus import batches, load_corpus, token_ids
-from autograder.timing import extra_bytes as measured_extra_bytes
-from autograder.timing import not_written, written_versions
+from autograder import check, runtime
+from autograder.measure import sizes
+from autograder.specs import streaming_reduction_fusion as attn_ops
+from autograder.specs import fusion_for_training as bwd_ops
+from autograder.specs import decoder as dec
+from autograder.specs import fusion_for_training as ce_ops
+from autograder.specs.decoder import DecoderConfig, check_parameters
+from autograder.teach.plots import kernel_timeline, peaks
+from autograder.specs.text_corpus import batches, load_corpus, token_ids
+from autograder.measure.timing import extra_bytes as measured_extra_bytes
+from autograder.measure.timing import not_written, written_versions
 from kernels.matmul import dot_precision, grouped_tile, tile_dot
 
 profile = autograder.device_profile()
@@ -66,7 +67,7 @@ ON_GPU = runtime.has_gpu()
 DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
 if ON_GPU:
-    from autograder.timing import bench_interleaved
+    from autograder.measure.timing import bench_interleaved
 
 
 def extra_bytes(fn) -> int:
@@ -417,7 +418,7 @@ else:
 # and add `dQ` with float atomics instead, and FlashAttention-3 overlaps one warp group's softmax arithmetic with
 # another's tensor-core products (warp specialisation), which Triton 3.6 does not do for this loop on Hopper
 # (cuDNN's own kernel is not documented; its forward, profiled, is warp-specialised). The tile settings of both kernels came from timing each alone
-# (`python -m kernels.bench_training --sweep`): the `dQ` kernel gained 15% from a third pipeline stage.
+# (`python -m kernels.bench.training --sweep`): the `dQ` kernel gained 15% from a third pipeline stage.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 3. Linear + cross-entropy, forward and backward, without the logits
@@ -601,7 +602,7 @@ del h, w, targets
 # A small Llama-style model, every fused piece of it yours: per layer, RMSNorm, one GEMM for `q, k, v`, causal
 # FlashAttention, the output projection and the residual; RMSNorm, one GEMM for SwiGLU's gate and up halves, the
 # activation `silu(g) · u`, the down projection and the residual; at the end RMSNorm and the linear layer with
-# cross-entropy over a 32768-token vocabulary (`autograder.ops.decoder` holds the same model in plain PyTorch).
+# cross-entropy over a 32768-token vocabulary (`autograder.specs.decoder` holds the same model in plain PyTorch).
 # The GEMMs stay cuBLAS's: fusion is about what happens between them. Each kernel goes behind a
 # `torch.autograd.Function` whose `forward` saves what its `backward` needs, and that choice is this notebook's
 # subject, layer by layer:
@@ -804,7 +805,7 @@ del params, leaves, steps
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "capstone-discuss-md", "locked": true, "schema_version": 3, "solution": false}
 # What to look for (the course's reference on an H100, torch 2.11, triton 3.6, 8 × 1024 tokens, bf16; the
-# committed benchmark in `kernels/results/training/`): the three loss curves lie on one another (after 200 steps
+# committed benchmark in `kernels/bench/results/training/`): the three loss curves lie on one another (after 200 steps
 # the mean of the last 20 losses: eager 3.392, `torch.compile` 3.389, the reference 3.423; eager's and the
 # compiled model's own figures moved by 0.01 to 0.04 from one run to the next, their attention backward adding in
 # no fixed order, where the reference's kernels are deterministic). Memory is the clear win: 0.69 GiB beyond the

@@ -2,11 +2,11 @@
 EXERCISE = "01.fused_chain"
 ROUTE = "checker"
 CRITERIA = ["fusion"]
-FAILS = {"fusion": ["autograder.sandbox._ALLOWED was changed"]}
+FAILS = {"fusion": ["autograder.guard.watch._ALLOWED was changed"]}
 
 import torch
 
-from autograder import sandbox
+from autograder.guard import watch as sandbox
 
 sandbox._ALLOWED.update({"add", "silu", "mul", "_to_copy"})
 

@@ -2,11 +2,11 @@
 EXERCISE = "01.fused_chain"
 ROUTE = "checker"
 CRITERIA = ["correctness"]
-FAILS = {"correctness": ["autograder.grade_kernel.GRADERS was changed"]}
+FAILS = {"correctness": ["autograder.criteria.kernel.GRADERS was changed"]}
 
 import torch
 
-from autograder import grade_kernel
+from autograder.criteria import kernel as grade_kernel
 from autograder.report import CriterionResult
 
 grade_kernel.GRADERS["correctness"] = lambda ex, fn, cfg: CriterionResult("correctness", "passed", "all good")

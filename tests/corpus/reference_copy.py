@@ -4,7 +4,7 @@ ROUTE = "check"
 CRITERIA = ["correctness"]
 FAILS = {"correctness": ["the result was computed by torch"]}
 
-from autograder import registry
+from autograder import specs as registry
 
 
 def fused_chain(x, bias, alpha):

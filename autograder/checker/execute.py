@@ -1,0 +1,102 @@
+"""Run a notebook's code without Jupyter and grade the exercises it holds (the child side of the checker).
+
+    python -m autograder.checker.execute NOTEBOOK.ipynb RESULT.json [criteria,...]
+
+Code cells run in order in one namespace, as a kernel would run them, except nbgrader's graded test cells
+(those call check() themselves). A cell that raises is recorded and the next one runs, the way "Run All"
+would have stopped on a student's unfinished cell; the exercises are graded afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+
+def _is_test_cell(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+def _failed_report(exercise_id: str, criteria: list[str], reason: str) -> dict:
+    results = [{"name": c, "status": "failed", "message": reason, "figures": {}} for c in criteria]
+    return {"exercise": exercise_id, "passed": False, "results": results}
+
+
+def main(argv: list[str]) -> int:
+    nb_path, out_path = Path(argv[0]).resolve(), Path(argv[1])
+    criteria = argv[2].split(",") if len(argv) > 2 and argv[2] else None
+    # Plain JSON, not nbformat: the checker must run where Jupyter is not installed (a bare GPU machine).
+    nb = json.loads(nb_path.read_text())
+    os.chdir(nb_path.parent)
+    import autograder  # picks the device before any cell defines a kernel
+    from autograder.guard import integrity
+    from autograder import specs as registry
+
+    integrity.protect()  # record the grader before any of the notebook's code runs
+    real_check = autograder.check  # graded below through this reference, whatever the cells rebind
+
+    namespace = {"__name__": "__main__", "__file__": str(nb_path)}
+    cells_dir = Path(tempfile.mkdtemp(prefix="notebook-cells-"))
+    cell_errors = []
+    code_cells = [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and not _is_test_cell(c)]
+    for n, (i, cell) in enumerate(code_cells, 1):
+        started = time.time()
+        print(f"[cell {n}/{len(code_cells)}] running ...", flush=True)
+        try:
+            source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            # A real file per cell: compiled Triton reads a @jit function's source with inspect.
+            cell_file = cells_dir / f"{nb_path.stem}_cell{i}.py"
+            cell_file.write_text(source)
+            exec(compile(source, str(cell_file), "exec"), namespace)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt in a cell are the cell's failure too
+            tb = traceback.format_exception(exc)
+            defines = re.findall(r"^def (\w+)\(", source, re.M)
+            cell_errors.append({"cell": i, "error": f"{type(exc).__name__}: {exc}", "traceback": "".join(tb[-3:]),
+                                "defines": defines})
+            print(f"[cell {n}/{len(code_cells)}] raised {type(exc).__name__}: {exc}", flush=True)
+        else:
+            print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s", flush=True)
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+    integrity.restore()  # the grader as recorded, whatever the cells did to it (check() names what they did)
+    reports = []
+    for ex in registry.for_notebook(nb_path.stem):
+        chosen = [c for c in (criteria or ex.criteria) if c in ex.criteria]
+        if not chosen:
+            continue
+        fn = namespace.get(ex.function)
+        print(f"[grade] {ex.id} ...", flush=True)
+        if fn is None:
+            reason = f"{ex.function} is not defined in the notebook"
+            raised = [e for e in cell_errors if ex.function in e["defines"]]
+            if raised:
+                reason += f": the cell that defines it raised {raised[0]['error']}"
+            reports.append(_failed_report(ex.id, chosen, reason))
+            continue
+        started = time.time()
+        try:
+            report = real_check(ex.id, fn, criteria=chosen)
+        except integrity.TamperingError as exc:
+            reports.append(_failed_report(ex.id, chosen, str(exc)))
+            continue
+        took = ", ".join(f"{r.name} {r.seconds:.1f}" for r in report.results if r.seconds is not None)
+        print(f"[grade] {ex.id} done in {time.time() - started:.1f} s ({took})", flush=True)
+        print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
+        reports.append(report.to_dict())
+    shutil.rmtree(cells_dir, ignore_errors=True)
+    Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

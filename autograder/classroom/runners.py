@@ -1,0 +1,222 @@
+"""Where grade-class runs each student's grading: processes on this machine, one student per GPU at a time (or
+per worker on the CPU), or tasks on a Slurm cluster through submitit. The class loop (grade_class) stays in
+one process, which alone writes the gradebook; a runner only runs `grade_one` and says how it ended.
+
+    LocalRunner(slots)     slots from gpu_slots("all" | "0,1" | None, workers): each student's process sees only
+                           its slot's GPU (CUDA_VISIBLE_DEVICES), or none with --workers on the CPU
+    SubmititRunner(ex)     one submitit job per student (a Slurm task with one GPU, or submitit's local executor);
+                           the workspaces must be on storage the cluster's nodes share with this machine
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+CRASHED, NOT_RUN = "crashed", "not run"  # class_loop's statuses (imported there from here would be circular)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where one student is graded at a time: a name for the messages and the environment its process gets."""
+
+    name: str
+    env: tuple = ()  # (variable, value) pairs
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this machine shows a CUDA program, as CUDA_VISIBLE_DEVICES would name them, without starting
+    CUDA here (the grading processes do that): from CUDA_VISIBLE_DEVICES when it is set, else from NVML, else
+    from nvidia-smi."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001  no NVML (no driver, or the package): try nvidia-smi
+        pass
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(ln for ln in out.stdout.splitlines() if ln.startswith("GPU "))]
+
+
+def gpu_slots(gpus: str | None = None, workers: int | None = None, visible=None) -> list[Slot]:
+    """The slots to grade in: --gpus all or a comma-separated list of indices (one student per GPU at a time), or
+    --workers N on the CPU (Triton's interpreter; performance is not measured there), or one slot as before."""
+    if gpus is not None and workers is not None:
+        raise ValueError("give --gpus (one student per GPU) or --workers (CPU processes), not both")
+    if workers is not None:
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        return [Slot(f"cpu worker {i + 1}", (("CUDA_VISIBLE_DEVICES", ""),)) for i in range(workers)]
+    if gpus is None:
+        return [Slot("this machine")]
+    have = visible_gpus() if visible is None else list(visible)
+    if not have:
+        raise ValueError(f"--gpus {gpus}: no CUDA GPU is visible on this machine (neither NVML nor nvidia-smi found "
+                         "one); grade on the CPU with --workers N, or on a GPU machine")
+    if gpus.strip() == "all":
+        chosen = list(range(len(have)))
+    else:
+        try:
+            chosen = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise ValueError(f"--gpus takes 'all' or GPU indices such as 0,1; got {gpus!r}") from None
+        if not chosen:
+            raise ValueError(f"--gpus takes 'all' or GPU indices such as 0,1; got {gpus!r}")
+        bad = [g for g in chosen if not 0 <= g < len(have)]
+        if bad:
+            raise ValueError(f"--gpus {gpus}: GPU {', '.join(map(str, bad))} does not exist; this machine shows "
+                             f"{len(have)} GPU(s), indices 0 to {len(have) - 1}")
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"--gpus {gpus}: a GPU is named twice (one student per GPU at a time)")
+    return [Slot(f"GPU {i}", (("CUDA_VISIBLE_DEVICES", have[i]),)) for i in chosen]
+
+
+class LocalRunner:
+    """Grades up to len(slots) students at once on this machine, each in a process of its own (grade_one)."""
+
+    def __init__(self, slots: list[Slot], timeout: float, grading_file: Path):
+        from autograder.classroom.grade_class import Running
+
+        self.slots, self.timeout, self.grading_file = list(slots), timeout, grading_file
+        self.free = list(self.slots)
+        self.running = Running()  # the grading processes in flight: not leftovers to be ended
+        self.done: queue.Queue = queue.Queue()
+        self.in_flight: dict[str, Slot] = {}
+
+    @property
+    def capacity(self) -> int:
+        return len(self.slots)
+
+    def has_room(self) -> bool:
+        return bool(self.free)
+
+    def start(self, student: str, work: Path, assignment: str) -> str:
+        from autograder.classroom.grade_class import grade_one
+
+        slot = self.free.pop(0)
+        self.in_flight[student] = slot
+
+        def run():
+            try:
+                result = grade_one(work, assignment, student, self.timeout, self.grading_file, extra_env=dict(slot.env),
+                                   running=self.running)
+            except Exception as exc:  # noqa: BLE001  the class goes on; this student is recorded
+                result = (CRASHED, f"the grader failed to run this student ({type(exc).__name__}: {exc})")
+            self.done.put((student, *result))
+
+        threading.Thread(target=run, name=f"grade-{student}", daemon=True).start()
+        return slot.name
+
+    def wait(self) -> tuple[str, str, str]:
+        """(student, status, reason) of the next student whose grading ended."""
+        student, status, reason = self.done.get()
+        self.free.append(self.in_flight.pop(student))
+        return student, status, reason
+
+    def stop(self) -> None:
+        """End every grading in flight (an interrupted run)."""
+        from autograder.guard import procs
+
+        for pid in self.running.pids():
+            procs.kill_tree(pid)
+
+
+def remote_grade(work: str, assignment: str, student: str, timeout: float, grading_file: str) -> tuple[str, str]:
+    """One student's grading as a submitit job: on a cluster node (or in a local process), in the workspace the
+    class run prepared on shared storage. Returns (status, reason); the graded notebooks stay in the workspace."""
+    from autograder.guard import procs
+    from autograder.classroom.grade_class import grade_one
+
+    procs.become_subreaper()  # what the notebook leaves behind comes back to this task to be ended
+    return grade_one(Path(work), assignment, student, timeout, Path(grading_file))
+
+
+class SubmititRunner:
+    """One submitit job per student; the class process polls them and saves each result as it comes."""
+
+    def __init__(self, executor, timeout: float, grading_file: Path, poll_s: float = 2.0):
+        self.executor, self.timeout, self.grading_file, self.poll_s = executor, timeout, grading_file, poll_s
+        self.jobs: dict[str, object] = {}
+        self.capacity = 1 << 30  # the scheduler queues them
+
+    def has_room(self) -> bool:
+        return True
+
+    def start(self, student: str, work: Path, assignment: str) -> str:
+        job = self.executor.submit(remote_grade, str(work), assignment, student, self.timeout, str(self.grading_file))
+        self.jobs[student] = job
+        return f"job {job.job_id}"
+
+    def wait(self) -> tuple[str, str, str]:
+        while True:
+            for student, job in list(self.jobs.items()):
+                if job.done():
+                    del self.jobs[student]
+                    return (student, *self._outcome(job))
+            time.sleep(self.poll_s)
+
+    @staticmethod
+    def _outcome(job) -> tuple[str, str]:
+        try:
+            status, reason = job.result()
+            return status, reason
+        except Exception as exc:  # noqa: BLE001  a failed, cancelled or lost task: recorded, never dropped
+            state = getattr(job, "state", "unknown")
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            if "CANCEL" in str(state).upper():
+                return NOT_RUN, f"the cluster task {job.job_id} was cancelled ({state}); the next run tries again"
+            return CRASHED, f"the cluster task {job.job_id} ended without a result ({state}): {first}"
+
+    def stop(self) -> None:
+        for job in self.jobs.values():
+            try:
+                job.cancel(check=False)
+            except Exception:  # noqa: BLE001  already gone
+                pass
+
+
+def submitit_executor(folder: Path, cluster: str, partition: str | None = None, time_min: int = 60,
+                      gpus_per_task: int = 1, account: str | None = None, parallel: int | None = None,
+                      setup: list[str] | None = None, cpus_per_task: int = 4, mem_gb: int = 32):
+    """A submitit executor for grade-class: cluster "slurm" (a Slurm job per student, one GPU each), "local"
+    (submitit's processes on this machine) or "debug" (in this process, for tests)."""
+    import submitit
+
+    if cluster not in ("slurm", "local", "debug"):
+        raise ValueError(f"--cluster takes slurm, local or debug; got {cluster!r}")
+    if cluster == "slurm" and not shutil.which("sbatch"):
+        raise ValueError("--cluster slurm: no sbatch on this machine; run grade-class on a Slurm login node")
+    if time_min < 1:
+        raise ValueError(f"--slurm-time must be at least 1 minute, got {time_min}")
+    executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+    # One task, one GPU per student; the generic names apply to every executor, slurm_* to Slurm alone.
+    params = dict(name="grade-class", timeout_min=time_min, nodes=1, tasks_per_node=1, cpus_per_task=cpus_per_task,
+                  mem_gb=mem_gb, gpus_per_node=gpus_per_task)
+    if partition:
+        params["slurm_partition"] = partition
+    if account:
+        params["slurm_account"] = account
+    if parallel:
+        params["slurm_array_parallelism"] = parallel
+    if setup:
+        params["slurm_setup"] = list(setup)
+    executor.update_parameters(**params)
+    return executor

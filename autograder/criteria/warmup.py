@@ -1,0 +1,102 @@
+"""Compile a submission's kernels for every graded case at once, before the cases are graded one by one.
+
+A first check() compiles the student's kernel once per specialization that its cases cover (each dtype, each
+shape's divisibility, each tile setting the launcher picks): 33 cases and 47 s for notebook 04's GEMM on an
+H100. Triton compiles outside the GIL, so calling the function on each case's inputs from a few threads
+compiles side by side: 11 s for the same cases (triton 3.6). The results and errors of these calls are thrown
+away; the graded calls that follow, one at a time with every guard and hook in place, are the ones that count,
+and they find the compiled kernels in memory. On the CPU (Triton's interpreter) nothing is compiled: no warm-up.
+
+A kernel under @triton.autotune would pick its configurations while other calls share the GPU: every choice
+made during the warm-up is forgotten afterwards (the compiled configurations stay), so the graded calls, the
+benchmark-size one above all, choose alone.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from autograder import runtime
+from autograder.guard.watch import Guarded
+from autograder.guard.secret import EXTRA_SHAPES
+from autograder.specs.exercise import KernelExercise
+
+MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core GPU machine
+
+
+def cases(ex: KernelExercise, criteria) -> list:
+    """(shape, dtype) of every case the named criteria run at small sizes, each once."""
+    from autograder.criteria.kernel import graded_dtypes
+
+    shapes = []
+    if "correctness" in criteria:
+        shapes += list(ex.shapes) + list(EXTRA_SHAPES.get(ex.id, ()))
+    if "precision" in criteria:
+        shapes += list(ex.precision_shapes or (ex.precision_shape,))
+    unique = list(dict.fromkeys(s for s in shapes if s is not None))
+    return [(shape, dtype) for shape in unique for dtype in graded_dtypes()]
+
+
+def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
+    """Call fn once on each case's inputs from a pool of threads. Returns how many calls were made, and the cases
+    whose call broke the CUDA context (an access far out of bounds): every graded call after that fails alike,
+    so the report names the case here instead."""
+    if not runtime.has_gpu() or not isinstance(ex, KernelExercise):
+        return 0, []
+    from autograder.criteria.kernel import _inputs
+
+    todo = cases(ex, criteria)
+    broken: list[str] = []
+
+    def call(case):
+        shape, dtype = case
+        try:
+            inputs = _inputs(ex, shape, dtype, 0)
+            # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
+            fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
+            if runtime.cuda_context_broken(exc):
+                broken.append(f"shape {shape}, {str(dtype).removeprefix('torch.')}")
+
+    tuners = autotuners(fn)
+    chosen_before = {id(t): set(t.cache) for t in tuners}
+    if len(todo) > 1:
+        with ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
+            list(pool.map(call, todo))
+    for t in tuners:
+        for key in set(t.cache) - chosen_before[id(t)]:
+            t.cache.pop(key, None)
+    return len(todo), sorted(broken)
+
+
+def autotuners(fn) -> list:
+    """The @triton.autotune kernels fn can reach through its module's (or notebook's) globals and closure, each
+    once; @triton.heuristics wrappers are looked through."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # noqa: BLE001  a Triton without the module: nothing to reset
+        return []
+    seen, found = set(), []
+    names = dict(getattr(fn, "__globals__", {}) or {})
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            names[f"<closure {id(cell)}>"] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    for value in names.values():
+        for _ in range(4):  # Heuristics(Autotuner(JITFunction)) and the like
+            if isinstance(value, Autotuner) and id(value) not in seen and isinstance(getattr(value, "cache", None), dict):
+                seen.add(id(value))
+                found.append(value)
+            try:
+                inner = getattr(value, "__wrapped__", None)
+                value = inner if callable(inner) else getattr(value, "fn", None)
+            except Exception:  # noqa: BLE001  an object whose attribute lookup raises (a lazy module)
+                break
+            if value is None:
+                break
+    return found

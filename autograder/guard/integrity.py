@@ -1,0 +1,396 @@
+"""Keeping the grader honest while it shares a process with the code it grades.
+
+A notebook's graded cells call ``check()`` in the same Python process that ran the student's cells, so a
+student's cell could replace what the grader relies on: ``check`` itself, a criterion, an exercise's
+tolerances, ``torch.allclose``, ``triton.testing.do_bench``, the grading configuration. ``protect()`` records
+all of that before any student code runs (``import autograder`` in a Jupyter kernel, the first cell of every
+course notebook; the checker's runner before the first cell); from then on
+
+- ``check()`` calls ``verify()`` before and after grading, which raises ``TamperingError`` naming everything
+  that differs from the record (an AssertionError, so a graded cell scores 0 whatever the Report's methods
+  have become);
+- in a Jupyter kernel a hook runs before every cell: it puts the recorded objects back (so the next graded
+  cell runs the real grader) and remembers what it had to restore, which the next ``check()`` names. A cell
+  that rebinds the notebook's own name ``check`` (or ``autograder``) gets the grader's back with a note on
+  stdout: that is a name clash, not tampering.
+
+What this cannot stop (the code runs with the grader's rights): code that edits the grader's state and
+puts it back within one call, or that reaches the recorded originals through the garbage collector. The
+class run adds checks from outside the process (``autograder.guard.scan``, ``grade_class``). docs/hostile-submissions.md
+lists every defence and its limits.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import functools
+import hashlib
+import math
+import os
+import random
+import sys
+import time
+import types
+
+_UNSET = object()
+
+
+class TamperingError(AssertionError):
+    """Raised by check() when what the grader relies on was changed after the grader was imported."""
+
+
+def _describe(obj) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    module = getattr(obj, "__module__", None)
+    return f"{module}.{name}" if module and module not in ("__main__", "builtins") else str(name)
+
+
+def _config_state() -> tuple:
+    from autograder import config
+
+    path = os.environ.get(config.ENV_VAR) or str(config.DEFAULT_PATH)
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        digest = None
+    return os.environ.get(config.ENV_VAR), path, digest
+
+
+# Builtins the grader calls. (Not all of them: Jupyter kernels swap `input` and friends in and out per cell.)
+_BUILTINS = (
+    "__import__", "__build_class__", "abs", "all", "any", "bool", "callable", "dict", "enumerate", "float",
+    "getattr", "hasattr", "id", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min",
+    "next", "object", "open", "print", "range", "repr", "round", "set", "setattr", "sorted", "str", "sum",
+    "super", "tuple", "type", "vars", "zip", "BaseException", "Exception", "AssertionError", "KeyError",
+    "NotImplementedError", "RuntimeError", "TypeError", "ValueError",
+)
+
+
+def _library_namespaces():
+    """(label, namespace owner) pairs: modules and classes outside autograder that the grader calls into."""
+    import torch
+    import torch._dynamo  # its import wraps torch.manual_seed: let that happen before recording
+    import torch.nn.functional
+    import torch.profiler
+    import torch.testing
+    import triton
+    import triton.testing
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from triton.runtime import autotuner, interpreter, jit
+
+    return [
+        ("torch", torch), ("torch.nn.functional", torch.nn.functional), ("torch.testing", torch.testing),
+        ("torch.cuda", torch.cuda), ("torch.profiler", torch.profiler), ("torch.Tensor", torch.Tensor),
+        ("TorchDispatchMode", TorchDispatchMode), ("triton.testing", triton.testing),
+        ("triton.runtime.jit", jit), ("JITFunction", jit.JITFunction), ("KernelInterface", jit.KernelInterface),
+        ("InterpretedFunction", interpreter.InterpretedFunction), ("Autotuner", autotuner.Autotuner),
+        ("Heuristics", autotuner.Heuristics), ("time", time), ("math", math), ("random", random), ("os", os),
+    ]
+
+
+def _own_modules() -> list[types.ModuleType]:
+    return [m for name, m in sorted(sys.modules.items())
+            if m is not None and (name == "kernels" or name.startswith(("autograder.", "kernels.")) or name == "autograder")]
+
+
+# Module globals of the grader that change on their own: set once (None -> value) or flags.
+_SETTLES = {("autograder.measure.device", "_profile"), ("autograder.specs", "_registry"), ("autograder.guard.integrity", "_record")}
+_VOLATILE = {("autograder.runtime", "_announced"), ("autograder.guard.integrity", "_names_seen"),
+             ("kernels.multi_tensor_adamw", "_TABLE_CACHE"),  # address tables, filled as tensor lists come
+             ("kernels.tma", "_UNCOMPILABLE"),  # kernel settings this Triton refused, filled on first launches
+             # the tokenised text, kept after its first use; the training criterion draws yours and eager's
+             # batches from it alike, so what it holds cannot favour a submission
+             ("autograder.specs.text_corpus", "_CACHE")}
+
+
+def _copy(value):
+    """A shallow copy of a container (to compare its contents later), or None for anything else."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (list, set)):
+        return type(value)(value)
+    return None
+
+
+def _fields(obj) -> dict:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
+class Record:
+    """What the grader relies on, as it was when recorded."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, object, dict]] = []  # (label, owner, {name: value})
+        self.functions: dict[int, tuple[str, types.FunctionType, tuple]] = {}
+        self.containers: list[tuple[str, object, object]] = []  # (label, container, its copy)
+        self.objects: list[tuple[str, object, dict, dict]] = []  # dataclass instances: fields, dict-field copies
+        self.settled: dict[tuple[str, str], object] = {}
+        self.config = _config_state()
+        self.ipython = None
+        self.ipython_state: dict = {}
+        self.restored: list[str] = []  # what the before-cell hook had to put back
+        self.early_code = False  # a notebook cell ran before the grader was imported
+        for label, owner in _library_namespaces():
+            self._add_namespace(label, owner, only_callables=True)
+        self.entries.append(("builtins", builtins, {k: vars(builtins)[k] for k in _BUILTINS if k in vars(builtins)}))
+        for module in _own_modules():
+            self._add_module(module)
+
+    # -- recording --------------------------------------------------------------------------------------
+
+    def _add_namespace(self, label, owner, only_callables, skip=()):
+        # A class's dunders are how it behaves (kernel[grid], ==); a module's are bookkeeping.
+        dunders = isinstance(owner, type)
+        kept = {k: v for k, v in vars(owner).items()
+                if (dunders or not k.startswith("__")) and k not in skip
+                and (not only_callables or callable(v) or isinstance(v, types.ModuleType))}
+        self.entries.append((label, owner, kept))
+
+    def _add_function(self, label, fn):
+        if isinstance(fn, (staticmethod, classmethod)):
+            fn = fn.__func__
+        if isinstance(fn, property):
+            for part in (fn.fget, fn.fset):
+                if part is not None:
+                    self._add_function(label, part)
+            return
+        if isinstance(fn, types.FunctionType) and id(fn) not in self.functions:
+            self.functions[id(fn)] = (label, fn, (fn.__code__, fn.__defaults__, fn.__kwdefaults__))
+
+    def _add_module(self, module):
+        name = module.__name__
+        changing = {attr for mod, attr in _SETTLES | _VOLATILE if mod == name}
+        self._add_namespace(name, module, only_callables=False, skip=changing)
+        for attr, value in vars(module).items():
+            if attr.startswith("__") or (name, attr) in _VOLATILE:
+                continue
+            if (name, attr) in _SETTLES:
+                self.settled[(name, attr)] = value
+            if value is not None:
+                self._add_value(f"{name}.{attr}", value, name)
+
+    def _add_value(self, label, value, module_name):
+        if isinstance(value, types.FunctionType) and value.__module__ == module_name:
+            self._add_function(label, value)
+        elif isinstance(value, type) and value.__module__ == module_name:
+            self._add_namespace(label, value, only_callables=False)
+            for attr, member in vars(value).items():
+                self._add_function(f"{label}.{attr}", member)
+        elif _copy(value) is not None:
+            self.containers.append((label, value, _copy(value)))
+            items = value.values() if isinstance(value, dict) else value
+            for item in items:
+                if dataclasses.is_dataclass(item) and not isinstance(item, type):
+                    self._add_object(f"{label}[{getattr(item, 'id', '')}]", item)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            self._add_object(label, value)
+
+    def _add_object(self, label, obj):
+        if any(o is obj for _, o, _, _ in self.objects):
+            return
+        if isinstance(getattr(obj, "id", None), str):
+            label = f"exercise {obj.id}"
+        fields = _fields(obj)
+        copies = {k: _copy(v) for k, v in fields.items() if _copy(v) is not None}
+        self.objects.append((label, obj, fields, copies))
+
+    def watch_ipython(self, shell):
+        self.ipython = shell
+        self.hook = functools.partial(_before_cell, self)
+        self.ipython_state = {
+            "input_transformers_cleanup": list(shell.input_transformers_cleanup),
+            "input_transformers_post": list(shell.input_transformers_post),
+            "ast_transformers": list(shell.ast_transformers),
+            "custom_exceptions": shell.custom_exceptions,
+        }
+
+    # -- comparing and restoring ------------------------------------------------------------------------
+
+    def differences(self) -> list[tuple[str, callable]]:
+        """(what changed, how to put it back) for everything that differs from the record."""
+        found = []
+        for label, owner, kept in self.entries:
+            ns = vars(owner)
+            for name, value in kept.items():
+                now = ns.get(name, _UNSET)
+                if now is not value:
+                    what = "removed" if now is _UNSET else f"replaced by {_describe(now)}"
+                    found.append((f"{label}.{name} was {what}", lambda o=owner, n=name, v=value: setattr(o, n, v)))
+            if owner is _tensor_class():
+                base = owner.__mro__[1]
+                for name in ns.keys() - kept.keys():
+                    if not name.startswith("__") and hasattr(base, name):
+                        found.append((f"torch.Tensor.{name} was replaced by {_describe(ns[name])}",
+                                      lambda o=owner, n=name: delattr(o, n)))
+        for label, fn, saved in self.functions.values():
+            if (fn.__code__, fn.__defaults__, fn.__kwdefaults__) != saved:
+                found.append((f"the code of {label} was replaced", lambda f=fn, s=saved: _set_code(f, s)))
+        for label, container, saved in self.containers:
+            if container != saved:
+                found.append((f"{label} was changed", lambda c=container, s=saved: _refill(c, s)))
+        for label, obj, fields, copies in self.objects:
+            changed = [k for k, v in fields.items()
+                       if getattr(obj, k) is not v or (k in copies and getattr(obj, k) != copies[k])]
+            if changed:
+                found.append((f"the settings of {label} were changed ({', '.join(changed)})",
+                              lambda o=obj, f=fields, c=copies: _reset_fields(o, f, c)))
+        for (module, attr), value in self.settled.items():
+            now = getattr(sys.modules[module], attr, None)
+            if value is None:
+                if now is not None:  # set for the first time, by the grader: from now on it must stay
+                    self.settled[(module, attr)] = now
+                    if dataclasses.is_dataclass(now):
+                        self._add_object(f"{module}.{attr}", now)
+            elif now is not value:
+                found.append((f"{module}.{attr} was replaced",
+                              lambda m=module, a=attr, v=value: setattr(sys.modules[m], a, v)))
+        if _config_state() != self.config:
+            changed = ("the grading configuration (grading.toml or $FUSION_COURSE_GRADING) was changed after the "
+                       "grader was imported")
+            found.append((changed, None))
+        if self.ipython is not None:
+            for name, saved in self.ipython_state.items():
+                now = getattr(self.ipython, name)
+                if (list(now) if isinstance(saved, list) else now) != saved:
+                    found.append((f"IPython's {name} was changed (it rewrites or hides what the cells run)",
+                                  lambda n=name, s=saved: _reset_ipython(self.ipython, n, s)))
+            if self.hook not in self.ipython.events.callbacks.get("pre_run_cell", []):
+                found.append(("the grader's before-cell check was unregistered",
+                              lambda: self.ipython.events.register("pre_run_cell", self.hook)))
+        return found
+
+    def problems(self) -> list[str]:
+        found = [what for what, _ in self.differences()]
+        found += [f"{what} (put back before a later cell)" for what in self.restored if what not in found]
+        if self.early_code:
+            found.append("notebook code ran before the grader was imported (a cell above the set-up cell)")
+        return found
+
+    def restore(self) -> list[str]:
+        """Put back everything that differs; returns what was put back (and remembers it)."""
+        put_back = []
+        for what, undo in self.differences():
+            if undo is not None:
+                undo()
+                put_back.append(what)
+        self.restored += [w for w in put_back if w not in self.restored]
+        return put_back
+
+
+def _tensor_class():
+    import torch
+
+    return torch.Tensor
+
+
+def _set_code(fn, saved):
+    fn.__code__, fn.__defaults__, fn.__kwdefaults__ = saved
+
+
+def _refill(container, saved):
+    container.clear()
+    if isinstance(container, dict):
+        container.update(saved)
+    elif isinstance(container, list):
+        container.extend(saved)
+    else:
+        container.update(saved)
+
+
+def _reset_fields(obj, fields, copies):
+    for k, v in fields.items():
+        object.__setattr__(obj, k, v)  # frozen dataclasses too
+        if k in copies:
+            _refill(v, copies[k])
+
+
+def _reset_ipython(shell, name, saved):
+    if isinstance(saved, list):
+        getattr(shell, name)[:] = saved
+    else:
+        setattr(shell, name, saved)
+
+
+# -- the process-wide record --------------------------------------------------------------------------------
+
+_record: Record | None = None
+_names_seen: set[str] = set()  # notebook names once bound to the grader's own objects
+
+
+def active() -> bool:
+    return _record is not None
+
+
+def protect(shell=None) -> None:
+    """Record what the grader relies on (once per process); in a Jupyter kernel, also check before each cell."""
+    global _record
+    if _record is not None:
+        return
+    from autograder.measure import device
+    from autograder import specs as registry
+
+    registry.all_exercises()  # load the specs now, so that they are recorded
+    device.profile(progress=False)  # on a GPU: the measured peaks every performance grade divides by
+    _record = Record()
+    if shell is not None:
+        _record.watch_ipython(shell)
+        # Under nbgrader the set-up cell is the first cell run: the input history holds a blank entry and it.
+        history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", [])
+        ran_before = len(history) > 2
+        _record.early_code = bool(os.environ.get("NBGRADER_EXECUTION")) and ran_before
+        shell.events.register("pre_run_cell", _record.hook)
+
+
+def verify() -> None:
+    """Raise TamperingError naming every change since protect(); nothing to check when not protected."""
+    if _record is None:
+        return
+    found = _record.problems()
+    if found:
+        listed = "\n".join(f"  - {p}" for p in found[:12])
+        more = f"\n  ... and {len(found) - 12} more" if len(found) > 12 else ""
+        raise TamperingError(
+            "grading refused: the notebook changed what the grader relies on after it was imported:\n"
+            f"{listed}{more}\nGrading needs the grader, torch and triton as they were installed: remove the "
+            "code that replaces them and run the notebook again from the top."
+        )
+
+
+def seal(container) -> None:
+    """The grader itself filled `container` (a recorded dict or list): make what it holds now the record, so
+    that only an entry added or changed by anything else is tampering. Nothing to do when not protected."""
+    if _record is None:
+        return
+    for i, (label, recorded, _) in enumerate(_record.containers):
+        if recorded is container:
+            _record.containers[i] = (label, container, _copy(container))
+
+
+def restore() -> list[str]:
+    """Put back everything recorded that was changed (the next check() names it). Without Jupyter's hook, the
+    checker's runner calls this before it grades, so that a replaced check() cannot answer for itself."""
+    return _record.restore() if _record is not None else []
+
+
+def _before_cell(record: Record, *_args) -> None:
+    """Before every cell of a Jupyter kernel: put the grader back, and the notebook's names for it."""
+    put_back = record.restore()
+    machinery = [what for what in put_back if what.startswith(("IPython's", "the grader's before-cell"))]
+    if machinery:
+        # This cell was already transformed by what was put back, so it may not be what it says. On stderr,
+        # because nbgrader scores a graded cell that writes there 0: a rewritten cell earns nothing.
+        print(f"fusion-course: the notebook changed how Jupyter runs cells ({'; '.join(machinery)}); this cell may "
+              "not run as written and earns no points", file=sys.stderr)
+    user_ns = record.ipython.user_ns
+    import autograder
+
+    for name, real in (("check", autograder.check), ("autograder", autograder)):
+        value = user_ns.get(name, _UNSET)
+        if value is real:
+            _names_seen.add(name)
+        elif name in _names_seen:
+            user_ns[name] = real
+            print(f"fusion-course: `{name}` was redefined in this notebook; the grader's `{name}` was put back "
+                  "(the graded cells use it). Give your own object another name.")

@@ -1,0 +1,204 @@
+"""Timing as the course does it everywhere: triton.testing.do_bench medians, warm-up, L2 flushed between
+runs (do_bench does that), on random data the caller provides."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from autograder import runtime
+
+
+def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
+    """Median GPU time of fn() in milliseconds, as the notebooks' demonstrations time. warmup and rep are in
+    milliseconds, as do_bench takes them; a quarter of each in a notebook the grader runs (runtime.small_demos)."""
+    if runtime.small_demos():
+        warmup, rep = max(1, warmup // 4), max(5, rep // 4)
+    return _do_bench(fn, warmup, rep)
+
+
+def _do_bench(fn, warmup: int = 25, rep: int = 100) -> float:
+    """do_bench's median, whatever the demonstrations' switch says: the grader's own timing comes through here."""
+    if not runtime.has_gpu():
+        raise RuntimeError("timing needs a CUDA GPU; in Triton's interpreter speed means nothing")
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def interleaved_times(fns: dict, rounds: int = 5, rep: int = 50, lead: str | None = None, bench=None) -> dict:
+    """{name: [ms per round]} for several versions timed in turns.
+
+    A GPU that runs long matrix products heats up and lowers its clocks, and a neighbour on a shared GPU comes
+    and goes: versions timed one after another would each meet a different state. Taking turns gives every
+    version the same mix of states, so their ratios hold even when the absolute times do not. The order turns
+    round by round (A B C, B C A, C A B, ...) so that no version always follows the same one; `lead` names a
+    version timed first in every round instead (a peak probe, after which the others take turns).
+    Only the first round warms up at length: later ones find everything compiled and cached. bench: the timer
+    (the grader's, unaffected by the demonstrations' switch, unless a demonstration passes bench_ms).
+    """
+    bench = bench or _do_bench
+    names = list(fns)
+    rest = [n for n in names if n != lead]
+    times = {name: [] for name in names}
+    for i in range(rounds):
+        turn = rest[i % len(rest):] + rest[:i % len(rest)] if rest else []
+        for name in ([lead] if lead in fns else []) + turn:
+            times[name].append(bench(fns[name], warmup=25 if i == 0 else 5, rep=rep))
+    return times
+
+
+def bench_interleaved(fns: dict, rounds: int = 5, rep: int = 50) -> dict:
+    """{name: median ms} over rounds of interleaved_times."""
+    import statistics
+
+    return {name: statistics.median(t) for name, t in interleaved_times(fns, rounds, rep, bench=bench_ms).items()}
+
+
+def not_written(exc: BaseException) -> bool:
+    """True for the error a notebook raises for an exercise the reader has not written yet: the release's
+    stub (NotImplementedError) or a name its exercise cell has not defined (NameError)."""
+    return isinstance(exc, (NotImplementedError, NameError))
+
+
+def written_versions(versions: dict, desc: str = "trying") -> dict:
+    """The versions (name -> function of no arguments) that run: each is called once (a warm-up), and one whose
+    exercise is not written yet is left out with a line that says so, so that a demonstration cell runs before
+    the reader has done every exercise. Any other error is raised."""
+    from tqdm.auto import tqdm
+
+    runnable = {}
+    for name, fn in tqdm(versions.items(), desc=desc):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped; anything else is raised
+            if not not_written(exc):
+                raise
+            if isinstance(exc, runtime.NotTimedHere):
+                print(f"{name}: not timed ({exc})")
+            else:
+                print(f"{name}: not timed, its exercise is not written yet ({type(exc).__name__}: {exc})")
+            continue
+        runnable[name] = fn
+    return runnable
+
+
+def bench_versions(versions: dict, desc: str = "timing", bench=None) -> dict:
+    """{name: median ms} of each version that runs (written_versions), one after another; bench is the timer
+    (bench_ms by default)."""
+    bench = bench or bench_ms
+    return {name: bench(fn) for name, fn in written_versions(versions, desc).items()}
+
+
+@contextlib.contextmanager
+def recording(graph):
+    """torch.cuda.graph(graph), with cuBLAS's workspaces dropped before and after the recording.
+
+    cuBLAS keeps one workspace per stream, allocated at first use, and graphs are recorded on one shared stream:
+    a recording that finds a workspace left by an earlier graph, or allocated outside any graph, replays into
+    memory it does not own. torch.compile's CUDA graphs drop every workspace when they record, the memory is
+    freed, and the next replay fails with "unspecified launch failure" (seen in the capstone's benchmark after
+    the GEMM benchmark's graphs). Dropped first, the workspace a recording needs is allocated in its own pool."""
+    import torch
+
+    drop = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)  # private; Inductor calls it for this reason
+    if drop is not None:
+        drop()
+    with torch.cuda.graph(graph):
+        yield graph
+    if drop is not None:
+        drop()
+
+
+def cuda_graph(fn):
+    """fn() recorded once in a CUDA graph (after a warm-up call on a side stream); returns the replay.
+
+    bench_ms(cuda_graph(fn)) times the GPU's work without the host's launch cost, which for a Triton kernel
+    launched from Python is tens of microseconds: more than a small kernel itself takes.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # compilation, autotuning and lazy set-up stay out of the recording
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with recording(graph):
+        fn()
+    return graph.replay
+
+
+def graph_or_plain(fn):
+    """(what to time, None) with fn recorded in a CUDA graph, or (fn, why not) where it cannot be recorded
+    (it synchronises, reads a result on the host, or copies from host memory): the caller says so."""
+    import torch
+
+    try:
+        return cuda_graph(fn), None
+    except Exception as exc:  # noqa: BLE001  any capture failure falls back to timing the plain calls
+        torch.cuda.synchronize()
+        return fn, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+
+
+def synced_ms(fn, budget_s: float = 0.2) -> float:
+    """Wall-clock time of fn() per call, the whole device synchronized before and after a batch of calls.
+
+    Unlike CUDA events on the current stream, this counts work on every stream, whenever it finishes.
+    """
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - start
+    reps = max(3, min(100, int(budget_s / max(one, 1e-6))))
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / reps
+
+
+def peak_extra_bytes(fn):
+    """(fn(), the bytes the CUDA allocator held at the peak of that call above what it held before)."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before
+
+
+def extra_bytes(fn, launches=None):
+    """(fn(), the bytes that call allocates beyond what was allocated before it, its outputs included).
+
+    On a GPU the caching allocator's peak (exact). In Triton's interpreter every storage torch creates during
+    the call, added up: an upper bound of the peak, since a tensor freed early still counts; storages created
+    inside a kernel launch (the interpreter's copies of the arguments) do not, which is what `launches` (a
+    sandbox.TritonLaunches, made here when not given) tells apart."""
+    import numpy as np
+
+    from autograder.guard.watch import AllocationMeter, TritonLaunches
+
+    launches = launches if launches is not None else TritonLaunches()
+    if runtime.has_gpu():
+        def call():
+            with launches:
+                return fn()
+
+        return peak_extra_bytes(call)
+    with launches, AllocationMeter(launches) as meter, np.errstate(all="ignore"):
+        result = fn()
+    return result, meter.bytes
+
+
+def gbps(n_bytes: float, ms: float) -> float:
+    return n_bytes / (ms * 1e-3) / 1e9
+
+
+def tflops(n_flops: float, ms: float) -> float:
+    return n_flops / (ms * 1e-3) / 1e12

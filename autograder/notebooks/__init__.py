@@ -1,1 +1,0 @@
-"""Exercise specs, one module per notebook (nbNN.py), collected by autograder.registry."""

@@ -1,1 +1,0 @@
-"""The torch side of each fused op (references, eager versions, bytes and flops): what grading needs."""

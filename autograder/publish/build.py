@@ -1,0 +1,123 @@
+"""Build the notebooks: text sources -> solution notebooks -> student release.
+
+    python -m autograder.publish.build [--db URL] [--only-solutions] [NAME ...]
+
+solutions/<name>/<name>.py (jupytext percent format) is the one source of each notebook. From it:
+1. solutions/<name>/<name>.ipynb, without outputs, with stable cell ids (it diffs as text);
+2. course/<name>/ via `nbgrader generate_assignment`, which strips the solutions.
+
+A kernel is written once, in kernels/. A line of a cell such as
+    # include: kernels/rmsnorm.py (_rmsnorm_kernel, rmsnorm)
+becomes, in the solution notebook, the source of those top-level definitions, in that order, so the reader of
+the solution notebook sees the whole kernel and the benchmarks time the very same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sources(root: Path = ROOT) -> list[Path]:
+    return sorted(p for p in (root / "solutions").glob("[0-9][0-9]_*/[0-9][0-9]_*.py") if p.stem == p.parent.name)
+
+
+INCLUDE = re.compile(r"^# include: (kernels/\w+\.py) \(([\w,\s#]+?)\)$", re.M)  # names may go on over "# " lines
+
+
+def definition_source(path: Path, name: str) -> str:
+    """The text of a top-level function, class (with its decorators) or assignment to name in a Python file."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            return "\n".join(lines[first - 1 : node.end_lineno])
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == name for t in targets):
+            return "\n".join(lines[node.lineno - 1 : node.end_lineno])
+    raise LookupError(f"{path.name}: no top-level definition of {name!r} to include")
+
+
+def expand_includes(source: str, root: Path = ROOT) -> str:
+    """Replace each include line by the definitions it names, separated as in a module (two blank lines)."""
+    def one(match: re.Match) -> str:
+        path = root / match.group(1)
+        if not path.is_file():
+            raise FileNotFoundError(f"include names {match.group(1)}, which does not exist")
+        names = [n.strip(" \n#") for n in match.group(2).split(",") if n.strip(" \n#")]
+        return "\n\n\n".join(definition_source(path, n) for n in names)
+
+    return INCLUDE.sub(one, source)
+
+
+def notebook_from_source(src: Path, root: Path = ROOT):
+    import jupytext
+
+    nb = jupytext.read(src, fmt="py:percent")
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(nb.cells):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell["id"] = grade_id or f"cell-{i}"
+        cell.source = expand_includes(cell.source, root)
+        cell.metadata.pop("lines_to_next_cell", None)  # the text source's layout, meaningless in a notebook
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def write_solution(src: Path) -> Path:
+    import nbformat
+
+    out = src.with_suffix(".ipynb")
+    nbformat.write(notebook_from_source(src), out)
+    return out
+
+
+def tool_env() -> dict:
+    """The environment for running nbgrader: it calls helpers (alembic) by name, so this Python's bin/ goes
+    first on PATH even when the venv is not activated."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def generate_release(name: str, root: Path = ROOT, db: str | None = None) -> None:
+    cmd = [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force", "--log-level=WARN"]
+    if db:
+        cmd.append(f"--db={db}")
+    subprocess.run(cmd, cwd=root, check=True, env=tool_env())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", help="nbgrader database URL (default: gradebook.db at the top)")
+    parser.add_argument("--only-solutions", action="store_true", help="write the solution notebooks only")
+    parser.add_argument("names", nargs="*", help="notebooks to build, e.g. 02_vertical_fusion (default: all)")
+    args = parser.parse_args(argv)
+    known = {src.stem: src for src in sources()}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"no notebook named {', '.join(unknown)}; the notebooks are {', '.join(known)}")
+    from autograder.guard import fingerprint
+
+    print(f"fingerprints: {fingerprint.write_table(ROOT)} course kernels -> {fingerprint.TABLE.relative_to(ROOT)}")
+    for src in [known[n] for n in args.names] or known.values():
+        print(f"solutions: {src.relative_to(ROOT)} -> {write_solution(src).relative_to(ROOT)}")
+        if not args.only_solutions:
+            generate_release(src.stem, db=args.db)
+            print(f"release:   course/{src.stem}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The capstone of notebook 07, a small Llama-style decoder: its configuration, parameters and eager model.
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import torch
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------- the torch side: decoder
+# The torch side of notebook 07's capstone, a small Llama-style decoder: its configuration, its parameters, and
+# the model in plain PyTorch (the eager yardstick; in float64, the reference its gradients are graded against).
+#
+#     x = embed[tokens]
+#     per layer:  x = x + wo · attention(split(wqkv · rmsnorm(x, attn_norm)), causal)
+#                 x = x + w_down · (silu(g) * u),   (g, u) = split(w_gate_up · rmsnorm(x, mlp_norm))
+#     loss = cross_entropy(lm_head · rmsnorm(x, norm), targets), the mean over tokens
+#
+# Each projection is one GEMM: q, k and v from one (3d, d) weight, the gate and up halves of the MLP from one
+# (2f, d) weight (horizontal fusion, notebook 03). There is no positional encoding: causal attention alone tells
+# the model where a token is, which is enough for a model this small (the rotary embedding of real Llamas would
+# be one more elementwise kernel on q and k). Weights are stored (out, in), as torch.nn.Linear stores them.
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+    vocab: int
+    dim: int
+    layers: int
+    heads: int
+    hidden: int  # the MLP's width f
+    eps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("vocab", "dim", "layers", "heads", "hidden"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"DecoderConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} is not a multiple of heads {self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.heads
+
+    def parameter_count(self, embeddings: bool = True) -> int:
+        per_layer = 2 * self.dim + 4 * self.dim * self.dim + 3 * self.dim * self.hidden
+        outside = self.dim + self.vocab * self.dim * (2 if embeddings else 1)
+        return self.layers * per_layer + outside
+
+
+def parameter_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
+    shapes = {"embed": (cfg.vocab, cfg.dim)}
+    for i in range(cfg.layers):
+        shapes.update({f"layers.{i}.attn_norm": (cfg.dim,), f"layers.{i}.wqkv": (3 * cfg.dim, cfg.dim),
+                       f"layers.{i}.wo": (cfg.dim, cfg.dim), f"layers.{i}.mlp_norm": (cfg.dim,),
+                       f"layers.{i}.w_gate_up": (2 * cfg.hidden, cfg.dim), f"layers.{i}.w_down": (cfg.dim, cfg.hidden)})
+    shapes.update({"norm": (cfg.dim,), "lm_head": (cfg.vocab, cfg.dim)})
+    return shapes
+
+
+def init_parameters(cfg: DecoderConfig, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """GPT-2's initialisation: weights N(0, 0.02), the projections into the residual stream scaled down by
+    sqrt(2 · layers), norms at 1. Drawn in float32 on the CPU, so every device and dtype starts from the same
+    model."""
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in parameter_shapes(cfg).items():
+        if name.endswith("norm"):
+            t = torch.ones(shape)
+        else:
+            std = 0.02 / (math.sqrt(2 * cfg.layers) if name.endswith(("wo", "w_down")) else 1.0)
+            t = torch.randn(shape, generator=gen) * std
+        params[name] = t.to(device=device, dtype=dtype).requires_grad_()
+    return params
+
+
+def check_parameters(params: dict, cfg: DecoderConfig) -> None:
+    shapes = parameter_shapes(cfg)
+    missing = [n for n in shapes if n not in params]
+    if missing:
+        raise ValueError(f"parameters missing: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    for name, shape in shapes.items():
+        if tuple(params[name].shape) != shape:
+            raise ValueError(f"parameter {name} has shape {tuple(params[name].shape)}, the config wants {shape}")
+
+
+def rmsnorm(x, weight, eps):
+    """Statistics in float32, the result rounded once to x's dtype (as the course's kernels do)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def decoder_hidden(params: dict, tokens: torch.Tensor, cfg: DecoderConfig) -> torch.Tensor:
+    """The final normed hidden states (B·T, d) of the eager model."""
+    b, t = tokens.shape
+    x = params["embed"][tokens]
+    for i in range(cfg.layers):
+        p = f"layers.{i}."
+        qkv = rmsnorm(x, params[p + "attn_norm"], cfg.eps) @ params[p + "wqkv"].t()
+        q, k, v = qkv.view(b, t, 3, cfg.heads, cfg.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + a.transpose(1, 2).reshape(b, t, cfg.dim) @ params[p + "wo"].t()
+        g, u = (rmsnorm(x, params[p + "mlp_norm"], cfg.eps) @ params[p + "w_gate_up"].t()).chunk(2, dim=-1)
+        x = x + (F.silu(g) * u) @ params[p + "w_down"].t()
+    return rmsnorm(x, params["norm"], cfg.eps).reshape(b * t, cfg.dim)
+
+
+def decoder_loss_eager(params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg: DecoderConfig):
+    """The mean cross-entropy over all B·T tokens, the logits upcast to float32 as training loops do."""
+    h = decoder_hidden(params, tokens, cfg)
+    return F.cross_entropy((h @ params["lm_head"].t()).float(), targets.reshape(-1))
+
+
+def decoder_loss_and_grads_reference(params: dict, tokens, targets, cfg: DecoderConfig):
+    """(loss, {name: gradient}) in float64, from a float64 copy of the parameters."""
+    leaves = {n: p.detach().double().requires_grad_() for n, p in params.items()}
+    with torch.enable_grad():
+        h = decoder_hidden(leaves, tokens, cfg)
+        loss = F.cross_entropy(h @ leaves["lm_head"].t(), targets.reshape(-1))
+        grads = torch.autograd.grad(loss, list(leaves.values()))
+    return loss.detach(), dict(zip(leaves, grads))
+
+
+def training_flops_per_token(cfg: DecoderConfig, seq_len: int) -> int:
+    """6 per weight a token meets (forward 2, backward 4; the embedding is a lookup) plus causal attention's two
+    products over half the T x T scores: 2 · 2 · T · d / 2 forward per layer, three times that with the
+    backward."""
+    return 6 * cfg.parameter_count(embeddings=False) + 6 * cfg.layers * seq_len * cfg.dim
+
+

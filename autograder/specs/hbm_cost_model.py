@@ -1,0 +1,219 @@
+"""Notebook 01, the HBM cost model: two numeric exercises and the first Triton kernel."""
+
+from __future__ import annotations
+
+import torch
+import math
+import torch.nn.functional as F
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
+
+
+# ---------------------------------------------------------------- the torch side: fused_chain
+# The torch side of fused chain: what grading needs and a student may see (the float64
+# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
+# kernel is in kernels/fused_chain.py, which imports these; the grader never imports it.
+
+def fused_chain_eager(x: torch.Tensor, bias: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The unfused version: three kernels, three round trips through memory."""
+    return alpha * torch.nn.functional.silu(x + bias)
+
+
+def fused_chain_reference(x: torch.Tensor, bias: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Exact up to float64 rounding: the yardstick for correctness and precision."""
+    z = x.double() + bias.double()
+    return alpha * z * torch.sigmoid(z)
+
+
+def fused_chain_bytes(x: torch.Tensor, bias: torch.Tensor, alpha: float = 1.0) -> int:
+    """The fewest bytes any implementation must move: read x and bias once, write y once."""
+    return 2 * x.numel() * x.element_size() + bias.numel() * bias.element_size()
+
+
+# ---------------------------------------------------------------- the exercises
+
+NOTEBOOK = "01_hbm_cost_model"
+
+
+# (a) The cost model ---------------------------------------------------------------------------------------
+
+def chain_times_reference(n_ops: int, size_bytes: float, bandwidth: float, launch_s: float) -> tuple[float, float]:
+    one_pass = 2 * size_bytes / bandwidth  # read S and write S
+    return n_ops * (one_pass + launch_s), one_pass + launch_s
+
+
+def _log_uniform(rng, lo, hi):
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _cost_cases(rng):
+    cases = []
+    for _ in range(6):
+        cases.append((rng.randint(1, 12), float(round(_log_uniform(rng, 1e3, 1e10))),
+                      _log_uniform(rng, 5e11, 5e12), _log_uniform(rng, 1e-6, 2e-5)))
+    return cases
+
+
+def _diagnose_cost(args, got, expected):
+    n, s, bw, launch = args
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-6)  # noqa: E731
+    (gu, gf), (eu, ef) = got, expected
+    if close(gu, ef) and close(gf, eu):
+        return "the two times are swapped: return (unfused, fused)"
+    if close(gu, n * 2 * s / bw):
+        return "the unfused time leaves out the launch overhead each of the n kernels pays"
+    if close(gu, n * (s / bw + launch)):
+        return "each unfused op reads S bytes and writes S bytes: 2*S per op"
+    if close(gf, 2 * s / bw):
+        return "the fused kernel still pays one launch"
+    if close(gf, n * 2 * s / bw + launch) or close(gf, eu):
+        return "the fused kernel moves the tensor once (one read, one write), however long the chain"
+    if close(gu, eu * 1e6) or close(gf, ef * 1e6):
+        return "times are in seconds, not microseconds"
+    return None
+
+
+COST_MODEL = NumericExercise(
+    id="01.cost_model",
+    notebook=NOTEBOOK,
+    function="chain_times",
+    signature="chain_times(n_ops, size_bytes, bandwidth, launch_s) -> (t_unfused, t_fused)",
+    summary="The HBM round-trip cost model of an elementwise chain, unfused and fused, in seconds.",
+    criteria=("correctness",),
+    cases=_cost_cases,
+    reference=chain_times_reference,
+    diagnose=_diagnose_cost,
+)
+
+
+# (b) Quantify the win on a Llama-2-7B decoder layer -------------------------------------------------------
+
+def layer_traffic_reference(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
+    x = batch * seq * hidden * bytes_per_elem  # one activation of the residual stream
+    h = batch * seq * intermediate * bytes_per_elem  # one tensor of the MLP's hidden width
+    # Unfused: 2 RMSNorms as 3 kernels each (5|x|), 2 residual adds (3|x|), SiLU (2|h|) and the gate
+    # product (3|h|). Fused: each RMSNorm one kernel (2|x|), adds unchanged, SwiGLU one kernel (3|h|).
+    unfused = 2 * 5 * x + 2 * 3 * x + 5 * h
+    fused = 2 * 2 * x + 2 * 3 * x + 3 * h
+    return unfused, fused, (unfused - fused) / bandwidth
+
+
+LLAMA2_7B = (4, 2048, 4096, 11008, 2, 3.0e12)
+
+
+def _traffic_cases(rng):
+    cases = [LLAMA2_7B]
+    for _ in range(5):
+        hidden = 128 * rng.randint(8, 64)
+        cases.append((rng.randint(1, 16), 128 * rng.randint(1, 64), hidden, 256 * rng.randint(hidden // 128, hidden // 64),
+                      rng.choice([2, 4]), _log_uniform(rng, 1e12, 5e12)))
+    return cases
+
+
+def _diagnose_traffic(args, got, expected):
+    b, s, hid, inter, nb, bw = args
+    x, h = b * s * hid * nb, b * s * inter * nb
+    close = lambda a, e: math.isclose(a, e, rel_tol=1e-6)  # noqa: E731
+    if close(got[0], expected[0] / nb) or close(got[1], expected[1] / nb):
+        return "the byte counts leave out bytes_per_elem (count bytes, not elements)"
+    if close(got[0], 16 * x + 5 * x) or close(got[1], 10 * x + 3 * x):
+        return "the SwiGLU tensors have the intermediate width, not the hidden width"
+    if close(got[0], 2 * 3 * x + 2 * 3 * x + 5 * h):
+        return "an unfused RMSNorm moves 5|x| (3 kernels: read x; read x, write x/rms; read that, write y*w)"
+    if close(got[1], 2 * 2 * x + 2 * 3 * x + 2 * h) or close(got[1], 2 * 2 * x + 2 * 3 * x + 4 * h):
+        return "fused SwiGLU reads gate and up and writes their product: 3|h|"
+    if close(got[0], expected[0]) and close(got[1], expected[1]):
+        if close(got[2], (expected[0] - expected[1]) * bw):
+            return "the saving is bytes / bandwidth (seconds), not bytes * bandwidth"
+        return "the byte counts are right; the saving is (unfused - fused) / bandwidth, in seconds"
+    return None
+
+
+LAYER_TRAFFIC = NumericExercise(
+    id="01.layer_traffic",
+    notebook=NOTEBOOK,
+    function="layer_traffic",
+    signature="layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth) -> (unfused_bytes, fused_bytes, saving_s)",
+    summary="Bytes moved by the elementwise and normalisation ops of one Llama decoder layer, unfused and fused.",
+    criteria=("correctness",),
+    cases=_traffic_cases,
+    reference=layer_traffic_reference,
+    diagnose=_diagnose_traffic,
+)
+
+
+# (c) The first Triton kernel ------------------------------------------------------------------------------
+
+def _chain_inputs(shape: Shape, dtype, device, gen):
+    m, n = shape.dims
+    # Scale and cast the base tensor first, then take the view: arithmetic on a view would make a new,
+    # contiguous tensor and lose the layout being graded. The spread reaches both tails of silu.
+    if shape.layout == "transposed":
+        x = (2 * torch.randn(n, m, generator=gen)).to(dtype).t()
+    elif shape.layout == "strided":
+        x = (2 * torch.randn(m, 2 * n, generator=gen)).to(dtype)[:, ::2]
+    else:
+        x = (2 * torch.randn(m, n, generator=gen)).to(dtype)
+    bias = torch.randn(n, generator=gen).to(dtype)
+    alpha = float(torch.empty(()).uniform_(0.5, 1.5, generator=gen))
+    x, bias = to_device_keeping_layout(x, device), bias.to(device)
+    return {"x": x, "bias": bias, "alpha": alpha}
+
+
+def _no_alpha(x, bias, alpha):
+    return F.silu(x.double() + bias.double())
+
+
+def _sigmoid_only(x, bias, alpha):
+    return alpha * torch.sigmoid(x.double() + bias.double())
+
+
+def _no_bias(x, bias, alpha):
+    return alpha * F.silu(x.double())
+
+
+def _bias_after_silu(x, bias, alpha):
+    return alpha * (F.silu(x.double()) + bias.double())
+
+
+FUSED_CHAIN = KernelExercise(
+    id="01.fused_chain",
+    kernel="fused_chain",  # its reference solution: kernels/fused_chain.py
+    bars=dict(min_fraction_of_peak=0.6, min_speedup_over_eager=1.1),
+    notebook=NOTEBOOK,
+    function="fused_chain",
+    signature="fused_chain(x, bias, alpha) -> Tensor",
+    summary="y = alpha * silu(x + bias) in one Triton kernel: one read of x, one write of y.",
+    criteria=("correctness", "precision", "performance", "fusion"),
+    make_inputs=_chain_inputs,
+    reference=fused_chain_reference,
+    eager=fused_chain_eager,
+    bytes=fused_chain_bytes,
+    shapes=(
+        Shape((1, 1)),
+        Shape((1, 7)),
+        Shape((5, 1000)),
+        Shape((37, 4099)),  # a row longer than any sensible block, not a power of two
+        Shape((64, 2048)),
+        Shape((33, 1500), "transposed"),
+        Shape((17, 3000), "strided"),
+    ),
+    precision_shape=Shape((256, 4096)),
+    perf_shape=Shape((16384, 8192)),  # 256 MiB in bf16: far past any L2
+    tolerance={
+        torch.float32: (1e-5, 1e-5),
+        torch.float16: (1e-3, 2e-3),
+        torch.bfloat16: (8e-3, 1.6e-2),
+    },
+    precision_floor={torch.float32: 1e-6},
+    precision_note="Upcast x and bias to float32 right after tl.load, and round only at the store.",
+    default_min_fraction=0.6,
+    diagnoses=(
+        ("alpha is missing: y = alpha * silu(x + bias)", _no_alpha),
+        ("sigmoid(x + bias) without the factor x + bias: SiLU is z * sigmoid(z)", _sigmoid_only),
+        ("the bias is missing: silu of x + bias, the bias broadcast along the rows", _no_bias),
+        ("the bias was added after the SiLU: it goes inside, silu(x + bias)", _bias_after_silu),
+    ),
+)
+
+EXERCISES = (COST_MODEL, LAYER_TRAFFIC, FUSED_CHAIN)

@@ -1,0 +1,381 @@
+"""Notebook 02, vertical fusion: RMSNorm, add + RMSNorm, LayerNorm, a precision repair, RMSNorm backward."""
+
+from __future__ import annotations
+
+import math
+import torch
+import dataclasses
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs.exercise import KernelExercise, Shape
+
+
+# ---------------------------------------------------------------- the torch side: rmsnorm
+# The torch side of rmsnorm: what grading needs and a student may see (the float64
+# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
+# kernel is in kernels/rmsnorm.py, which imports these; the grader never imports it.
+
+def rmsnorm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Unfused, 3 full-size kernels (~5|x|): the norm of each row, x * rstd, * weight."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+    rstd = torch.rsqrt(norm.square() / x.shape[-1] + eps)
+    return (x * rstd.to(x.dtype)) * weight
+
+
+def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xd = x.double()
+    return xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps) * weight.double()
+
+
+def rmsnorm_bytes(x: torch.Tensor, weight: torch.Tensor, eps: float = 0.0) -> int:
+    """Read x and weight once, write y once."""
+    return 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
+
+
+def sqrt_fit(h, err) -> float:
+    """Least-squares c in err ~ c * sqrt(h) (for the precision plot)."""
+    num = sum(e * math.sqrt(v) for v, e in zip(h, err))
+    return num / sum(h)
+
+
+# ---------------------------------------------------------------- the torch side: add_rmsnorm
+# The torch side of add rmsnorm: what grading needs and a student may see (the float64
+# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
+# kernel is in kernels/add_rmsnorm.py, which imports these; the grader never imports it.
+
+def add_rmsnorm_eager(x, residual, weight, eps):
+    s = x + residual
+    return rmsnorm_eager(s, weight, eps), s
+
+
+def add_rmsnorm_reference(x, residual, weight, eps):
+    # The new residual as the storage dtype holds it; the norm of that value, exactly.
+    s = (x.double() + residual.double()).to(x.dtype).double()
+    y = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + eps) * weight.double()
+    return y, s
+
+
+def add_rmsnorm_bytes(x, residual, weight, eps=0.0) -> int:
+    """Read x and residual, write y and the new residual (weight is negligible but counted)."""
+    return 4 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
+
+
+# ---------------------------------------------------------------- the torch side: layernorm
+# The torch side of layernorm: what grading needs and a student may see (the float64
+# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
+# kernel is in kernels/layernorm.py, which imports these; the grader never imports it.
+
+def layernorm_eager(x, weight, bias, eps):
+    """Unfused: mean, centre, variance, normalise, scale, shift as separate kernels."""
+    mean = x.float().mean(-1, keepdim=True)
+    xc = x.float() - mean
+    var = xc.square().mean(-1, keepdim=True)
+    return ((xc * torch.rsqrt(var + eps)).to(x.dtype) * weight + bias)
+
+
+def layernorm_reference(x, weight, bias, eps):
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    var = (xd - mean).square().mean(-1, keepdim=True)
+    return (xd - mean) * torch.rsqrt(var + eps) * weight.double() + bias.double()
+
+
+def layernorm_bytes(x, weight, bias, eps=0.0) -> int:
+    return 2 * x.numel() * x.element_size() + 2 * weight.numel() * weight.element_size()
+
+
+# ---------------------------------------------------------------- the torch side: rmsnorm_backward
+# The torch side of rmsnorm backward: what grading needs and a student may see (the float64
+# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
+# kernel is in kernels/rmsnorm_backward.py, which imports these; the grader never imports it.
+
+def rmsnorm_backward_eager(x, weight, dy, eps):
+    """What autograd does for the eager RMSNorm: many kernels."""
+    xr = x.detach().requires_grad_()
+    wr = weight.detach().requires_grad_()
+    xf = xr.float()
+    y = (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * wr
+    y.backward(dy)
+    return xr.grad, wr.grad
+
+
+def rmsnorm_backward_reference(x, weight, dy, eps):
+    """Float64 autograd through the reference forward."""
+    xd = x.detach().double().requires_grad_()
+    wd = weight.detach().double().requires_grad_()
+    rmsnorm_reference(xd, wd, eps).backward(dy.double())
+    return xd.grad, wd.grad
+
+
+def rmsnorm_backward_bytes(x, weight, dy, eps=0.0) -> int:
+    """Read x and dy, write dx; weight and dweight once each."""
+    return 3 * x.numel() * x.element_size() + 2 * weight.numel() * weight.element_size()
+
+
+# ---------------------------------------------------------------- the exercises
+
+NOTEBOOK = "02_vertical_fusion"
+EPS = 1e-5
+LN_OFFSET = 300.0  # the mean that makes E[x^2] - E[x]^2 cancel in fp32
+
+
+def _rows(shape: Shape, dtype, gen) -> torch.Tensor:
+    """(M, H) rows on the CPU whose scales span 1e-3 .. 10, so that eps matters in some rows.
+
+    layout "padded": each row sits in a wider buffer (row stride > H); "offset": rows centred on LN_OFFSET.
+    The base is scaled and cast before the view is taken, so the view keeps its layout.
+    """
+    m, h = shape.dims
+    width = h + 37 if shape.layout == "padded" else h
+    scale = torch.exp(torch.empty(m, 1).uniform_(math.log(1e-3), math.log(10.0), generator=gen))
+    if shape.layout == "offset":
+        scale = torch.ones(m, 1)
+    base = torch.randn(m, width, generator=gen) * scale
+    if shape.layout == "offset":
+        base = base + LN_OFFSET
+    return base.to(dtype)[:, :h]
+
+
+def _weight(h, dtype, gen, around=1.0):
+    return (around + 0.5 * torch.randn(h, generator=gen)).to(dtype)
+
+
+def _norm_inputs(shape, dtype, device, gen):
+    x = _rows(shape, dtype, gen)
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
+
+
+def _add_norm_inputs(shape, dtype, device, gen):
+    x = _rows(shape, dtype, gen)
+    residual = _rows(Shape(shape.dims, shape.layout), dtype, gen)
+    return {"x": to_device_keeping_layout(x, device), "residual": to_device_keeping_layout(residual, device),
+            "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
+
+
+def _ln_inputs(shape, dtype, device, gen):
+    x = _rows(shape, dtype, gen)
+    h = x.shape[1]
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(h, dtype, gen).to(device),
+            "bias": (0.5 * torch.randn(h, generator=gen)).to(dtype).to(device), "eps": EPS}
+
+
+def _bwd_inputs(shape, dtype, device, gen):
+    x = _rows(shape, dtype, gen)
+    dy = torch.randn(x.shape, generator=gen).to(dtype)
+    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "dy": dy.to(device), "eps": EPS}
+
+
+# Wrong formulas the grader recognises, each named in the feedback.
+def _rms_eps_outside(x, weight, eps):
+    xd = x.double()
+    return xd / (xd.square().mean(-1, keepdim=True).sqrt() + eps) * weight.double()
+
+
+def _rms_no_weight(x, weight, eps):
+    return rmsnorm_reference(x, torch.ones_like(weight), eps)
+
+
+def _rms_mean_over_block(x, weight, eps):
+    xd = x.double()
+    block = 1 << max(0, (x.shape[1] - 1).bit_length())
+    return xd * torch.rsqrt(xd.square().sum(-1, keepdim=True) / block + eps) * weight.double()
+
+
+RMS_DIAGNOSES = (
+    ("eps added after the square root: use 1/sqrt(mean(x^2) + eps)", _rms_eps_outside),
+    ("the weight is not applied", _rms_no_weight),
+    ("the mean of squares divides by the block size, not by H", _rms_mean_over_block),
+)
+
+
+def _add_norm_eps_outside(x, residual, weight, eps):
+    y, s = add_rmsnorm_reference(x, residual, weight, eps)
+    return _rms_eps_outside(s.to(x.dtype), weight, eps), s
+
+
+def _add_norm_of_x(x, residual, weight, eps):
+    _, s = add_rmsnorm_reference(x, residual, weight, eps)
+    return rmsnorm_reference(x, weight, eps), s
+
+
+def _bwd_without_mean_term(x, weight, dy, eps):
+    dx, dw = rmsnorm_backward_reference(x, weight, dy, eps)
+    xd = x.double()
+    rstd = torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps)
+    return rstd * dy.double() * weight.double(), dw
+
+
+def _ln_unbiased(x, weight, bias, eps):
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    var = (xd - mean).square().sum(-1, keepdim=True) / max(1, x.shape[1] - 1)
+    return (xd - mean) * torch.rsqrt(var + eps) * weight.double() + bias.double()
+
+
+def _ln_no_bias(x, weight, bias, eps):
+    return layernorm_reference(x, weight, torch.zeros_like(bias), eps)
+
+
+def _ln_eps_outside(x, weight, bias, eps):
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    std = (xd - mean).square().mean(-1, keepdim=True).sqrt()
+    return (xd - mean) / (std + eps) * weight.double() + bias.double()
+
+
+def _mean_over_spread(x: torch.Tensor) -> float:
+    """The largest |mean| / standard deviation over the rows that vary (a constant row's centred values are 0)."""
+    xd = x.double()
+    std = xd.std(-1, correction=0)
+    ratio = xd.mean(-1).abs()[std > 0] / std[std > 0]
+    return float(ratio.max()) if ratio.numel() else 0.0
+
+
+def _ln_float32_mean(inputs: dict, dtype) -> tuple[float, str]:
+    """Any float32 algorithm rounds the row's mean to float32, an error of up to eps * |mean|, which the centred
+    values x - mean carry whole: relative to their spread, eps * |mean| / std. PyTorch's F.layer_norm and the
+    two-pass algorithm measure 0.5 to 1 times that; the bound is 4 times."""
+    ratio = _mean_over_spread(inputs["x"])
+    return 4 * 2.0**-24 * ratio, f"float32 arithmetic on rows whose mean is {ratio:.0f} times their spread"
+
+
+def _ln_float32_mean_atol(inputs: dict, dtype) -> float:
+    """The same rounding of the mean, elementwise: scaled by rstd and the largest weight."""
+    return _ln_float32_mean(inputs, dtype)[0] * float(inputs["weight"].double().abs().max())
+
+
+NORM_SHAPES = (
+    Shape((1, 1)),
+    Shape((1, 7)),
+    Shape((5, 1000)),
+    Shape((37, 4099)),  # not a power of two: the tail of the block is masked
+    Shape((3, 16384)),  # the widest row allowed
+    Shape((64, 768)),
+    Shape((17, 3000), "padded"),  # rows further apart than H
+)
+GROWTH_SHAPES = tuple(Shape((8, h)) for h in (256, 1024, 4096, 16384))
+NORM_TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)}
+PERF = Shape((32768, 4096))
+ACCUMULATE_NOTE = (
+    "Statistics belong in float32: upcast after tl.load and keep sums and the mean of squares in float32; "
+    "round only the values you store."
+)
+
+# What every row-normalisation exercise shares: graded on all four criteria over the same shapes, with the
+# precision measured at H = 256 .. 16384 to see whether the error grows with the row.
+NORM_COMMON = dict(
+    notebook=NOTEBOOK,
+    criteria=("correctness", "precision", "performance", "fusion"),
+    shapes=NORM_SHAPES,
+    precision_shapes=GROWTH_SHAPES,
+    perf_shape=PERF,
+    tolerance=NORM_TOL,
+    precision_floor={torch.float32: 2e-6},
+    precision_note=ACCUMULATE_NOTE,
+    special_values=False,  # one NaN poisons its row's statistic: nothing to learn from it here
+)
+
+RMSNORM = KernelExercise(
+    **NORM_COMMON,
+    id="02.rmsnorm",
+    kernel="rmsnorm",  # its reference solution: kernels/rmsnorm.py
+    # One pass over x: 0.97 of copy on an H100, 0.94 on an H200; F.rms_norm reaches 0.81 and torch.compile 0.87 on an
+    # H200. Two passes over each row reach 0.70 (H100) and 0.80 (H200, whose larger L2 serves more of the second
+    # read): correct and fused, so not failed; unfused eager reaches 0.17-0.22.
+    bars=dict(min_fraction_of_peak=0.6, min_speedup_over_eager=1.1),
+    function="rmsnorm",
+    signature="rmsnorm(x, weight, eps) -> Tensor",
+    summary="Fused RMSNorm forward: one read of x, one write of y, fp32 statistics, any H up to 16384.",
+    make_inputs=_norm_inputs,
+    reference=rmsnorm_reference,
+    eager=rmsnorm_eager,
+    bytes=rmsnorm_bytes,
+    diagnoses=RMS_DIAGNOSES,
+)
+
+ADD_RMSNORM = KernelExercise(
+    **NORM_COMMON,
+    id="02.add_rmsnorm",
+    kernel="add_rmsnorm",  # its reference solution: kernels/add_rmsnorm.py
+    bars=dict(min_fraction_of_peak=0.5, min_speedup_over_eager=1.1),
+    function="add_rmsnorm",
+    signature="add_rmsnorm(x, residual, weight, eps) -> (normed, new_residual)",
+    summary="Residual add + RMSNorm in one kernel: 2 reads, 2 writes.",
+    make_inputs=_add_norm_inputs,
+    reference=add_rmsnorm_reference,
+    eager=add_rmsnorm_eager,
+    bytes=add_rmsnorm_bytes,
+    output_names=("normed", "new_residual"),
+    diagnoses=(
+        ("eps added after the square root: use 1/sqrt(mean(s^2) + eps)", _add_norm_eps_outside),
+        ("x is normalised instead of the sum x + residual", _add_norm_of_x),
+    ),
+)
+
+LAYERNORM = KernelExercise(**{**NORM_COMMON, **dict(
+    shapes=NORM_SHAPES + (Shape((9, 2048), "offset"),),
+    id="02.layernorm",
+    kernel="layernorm",  # its reference solution: kernels/layernorm.py
+    bars=dict(min_fraction_of_peak=0.5, min_speedup_over_eager=1.1),
+    function="layernorm",
+    signature="layernorm(x, weight, bias, eps) -> Tensor",
+    summary="Fused LayerNorm forward with weight and bias; mean and variance from one pass over x.",
+    make_inputs=_ln_inputs,
+    reference=layernorm_reference,
+    eager=layernorm_eager,
+    bytes=layernorm_bytes,
+    precision_shapes=tuple(Shape((8, h), "offset") for h in (256, 1024, 4096, 16384)),
+    tolerance={torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1.6e-2)},
+    atol_from_inputs=_ln_float32_mean_atol,
+    precision_floor_from_inputs=_ln_float32_mean,
+    precision_note=(
+        "These rows have mean 300 and spread 1: the variance as E[x^2] - E[x]^2 cancels in fp32. Take the "
+        "mean first and the variance of the centred values (the row is already in registers), or shift by "
+        "one element of the row before summing."
+    ),
+    diagnoses=(
+        ("the variance divides by H - 1; LayerNorm uses the biased variance (divide by H)", _ln_unbiased),
+        ("the bias is not added", _ln_no_bias),
+        ("eps added after the square root: use 1/sqrt(var + eps)", _ln_eps_outside),
+    ),
+)})
+
+# The repair is graded exactly like exercise 1; only the function's name and purpose differ.
+RMSNORM_REPAIR = dataclasses.replace(
+    RMSNORM,
+    id="02.rmsnorm_repair",
+    kernel="rmsnorm",  # its reference solution: kernels/rmsnorm.py
+    bars=dict(min_fraction_of_peak=0.5, min_speedup_over_eager=1.1),
+    function="rmsnorm_repaired",
+    signature="rmsnorm_repaired(x, weight, eps) -> Tensor",
+    summary="Repair a provided RMSNorm whose statistic is accumulated in low precision.",
+)
+
+RMSNORM_BACKWARD = KernelExercise(
+    id="02.rmsnorm_backward",
+    kernel="rmsnorm_backward",  # its reference solution: kernels/rmsnorm_backward.py
+    bars=dict(min_fraction_of_peak=0.5, min_speedup_over_eager=1.1),
+    notebook=NOTEBOOK,
+    function="rmsnorm_backward",
+    signature="rmsnorm_backward(x, weight, dy, eps) -> (dx, dweight)",
+    summary="Stretch: RMSNorm backward in Triton (dx per row, dweight reduced across rows).",
+    criteria=("correctness", "precision", "performance", "fusion"),
+    make_inputs=_bwd_inputs,
+    reference=rmsnorm_backward_reference,
+    eager=rmsnorm_backward_eager,
+    bytes=rmsnorm_backward_bytes,
+    shapes=(Shape((1, 7)), Shape((5, 1000)), Shape((37, 4099)), Shape((3, 16384)), Shape((130, 768)),
+            Shape((17, 3000), "padded")),
+    precision_shapes=GROWTH_SHAPES,
+    perf_shape=PERF,
+    tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1e-1, 5e-2)},
+    precision_factor=2.0,
+    precision_floor={torch.float32: 1e-5},
+    precision_note=ACCUMULATE_NOTE + " dweight sums over every row: accumulate it in float32 too.",
+    output_names=("dx", "dweight"),
+    diagnoses=(("dx leaves out the term - xhat * mean(g * xhat) that comes from rstd depending on x",
+                _bwd_without_mean_term),),
+    max_launches=2,
+    special_values=False,
+)
+
+EXERCISES = (RMSNORM, ADD_RMSNORM, LAYERNORM, RMSNORM_REPAIR, RMSNORM_BACKWARD)
