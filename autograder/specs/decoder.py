@@ -1,4 +1,4 @@
-"""The capstone of notebook 07, a small Llama-style decoder: its configuration, parameters and eager model.
+"""The capstone of notebook 07, a small Llama-style decoder: its configuration, parameters and eager model."""
 
 from __future__ import annotations
 
