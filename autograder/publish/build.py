@@ -10,6 +10,11 @@ A kernel is written once, in kernels/. A line of a cell such as
     # include: kernels/rmsnorm.py (_rmsnorm_kernel, rmsnorm)
 becomes, in the solution notebook, the source of those top-level definitions, in that order, so the reader of
 the solution notebook sees the whole kernel and the benchmarks time the very same code.
+
+A line of a markdown cell
+    <!-- graded: 02.rmsnorm -->
+becomes the table of that exercise's criteria and their bars (autograder.publish.cards), read from its spec and
+the grading configuration, so the exercise card says what the grader does.
 """
 
 from __future__ import annotations
@@ -47,8 +52,39 @@ def definition_source(path: Path, name: str) -> str:
     raise LookupError(f"{path.name}: no top-level definition of {name!r} to include")
 
 
+BODY_INCLUDE = re.compile(r"^([ \t]+)# include body: (kernels/\w+\.py) \((\w+)\)$", re.M)
+
+
+def body_source(path: Path, name: str, stub: str) -> str:
+    """The statements of a top-level function of a Python file, its docstring left out, for an exercise stub
+    that keeps the signature (and its own docstring) outside the solution block. The stub's decorators and
+    signature must read exactly as the file's, so that the two cannot drift apart."""
+    text = path.read_text()
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            header = "\n".join(lines[first - 1 : node.body[0].lineno - 1]).rstrip()
+            if header not in stub:
+                raise ValueError(f"the stub of {name} must keep the signature of {path.name}:\n{header}")
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            return "\n".join(lines[body[0].lineno - 1 : node.end_lineno])
+    raise LookupError(f"{path.name}: no top-level function {name!r} to include the body of")
+
+
 def expand_includes(source: str, root: Path = ROOT) -> str:
-    """Replace each include line by the definitions it names, separated as in a module (two blank lines)."""
+    """Replace each include line by the definitions it names, separated as in a module (two blank lines).
+    `    # include body: kernels/op.py (f)`, indented inside a stub `def f(...)`, becomes f's body."""
+    def body(match: re.Match) -> str:
+        path = root / match.group(2)
+        if not path.is_file():
+            raise FileNotFoundError(f"include names {match.group(2)}, which does not exist")
+        text = body_source(path, match.group(3), source)
+        # The file's body is indented by 4; re-indent it to the include line's own indentation.
+        return "\n".join((match.group(1) + line[4:]) if line.strip() else "" for line in text.splitlines())
+
+    source = BODY_INCLUDE.sub(body, source)
+
     def one(match: re.Match) -> str:
         path = root / match.group(1)
         if not path.is_file():
@@ -62,6 +98,8 @@ def expand_includes(source: str, root: Path = ROOT) -> str:
 def notebook_from_source(src: Path, root: Path = ROOT):
     import jupytext
 
+    from autograder.publish import cards
+
     nb = jupytext.read(src, fmt="py:percent")
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
@@ -69,6 +107,11 @@ def notebook_from_source(src: Path, root: Path = ROOT):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell["id"] = grade_id or f"cell-{i}"
         cell.source = expand_includes(cell.source, root)
+        if cell.cell_type == "markdown":
+            try:
+                cell.source = cards.expand_cards(cell.source)
+            except LookupError as exc:
+                raise LookupError(f"{src.name}, cell {i}: {exc}") from None
         cell.metadata.pop("lines_to_next_cell", None)  # the text source's layout, meaningless in a notebook
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
