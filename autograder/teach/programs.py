@@ -1,0 +1,388 @@
+"""Which elements each program of a Triton launch reads and writes, recorded in the interpreter and drawn.
+
+    from autograder.teach.programs import draw_programs, record_programs
+
+    fig = draw_programs(_scaled_add_kernel, (3,), x, y, out, 0.5, n, BLOCK=4)
+
+runs ``_scaled_add_kernel[(3,)](x, y, out, 0.5, n, BLOCK=4)`` once in Triton's interpreter and draws every
+tensor argument as a grid of cells: a cell is filled with the colour (and number) of the program that loaded
+or stored it, a lane that was masked off is hatched where its address would have been, and an access outside
+the tensor is a red cell with a cross. ``record_programs`` (same arguments) returns the record without drawing.
+
+How it works: the interpreter runs the programs one after another and sends every ``tl.load`` and
+``tl.store`` to one builder object, as arrays of addresses and a mask. For the one call, the builder's masked
+load and store are wrapped: the wrapper notes the program id and which addresses were touched or masked off,
+then lets the access happen. An access that falls outside every tensor argument is recorded and *not*
+performed (its lanes are masked off before the interpreter reads or writes memory), so a broken kernel cannot
+corrupt the process while it is being drawn.
+
+Good to know:
+* Use small launches: a handful of programs and tensors of tens to hundreds of elements.
+* The kernel runs on CPU copies of the tensors you pass; your tensors are not changed. The copies, as the
+  kernel left them, are in ``Recording.tensors`` (compare them with a torch reference).
+* It works on a GPU machine too: the one launch is forced through the interpreter, whatever TRITON_INTERPRET
+  says. Pass every ``tl.constexpr`` (BLOCK sizes) explicitly; launch options such as ``num_warps`` are accepted
+  and ignored, as the interpreter ignores them. For an autotuned kernel, pass one config's values by hand.
+* Recorded: ``tl.load`` and ``tl.store`` on pointer tensors (the kind of kernels notebooks 01-03 write). Block
+  pointers, tensor descriptors and atomics are run but not drawn.
+* Each access is attributed to the tensor argument that holds most of its active lanes; lanes of the same
+  ``tl.load`` that fall elsewhere are "outside" that tensor (drawn red), even when they happen to land in
+  another argument's memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import math
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+__all__ = ["Access", "ProgramsUnavailable", "Recording", "draw_programs", "record_programs"]
+
+
+class ProgramsUnavailable(RuntimeError):
+    """This Triton's interpreter does not have the hooks the recorder uses."""
+
+
+@dataclasses.dataclass
+class Access:
+    """One tl.load or tl.store executed by one program."""
+
+    program: tuple[int, ...]  # tl.program_id along each axis of the grid
+    kind: str  # "load" or "store"
+    tensor: str  # the kernel parameter the tensor was passed as, e.g. "x_ptr"
+    active: list[tuple[int, ...]]  # coordinates (in the tensor) of the lanes that were read or written
+    masked: list[tuple[int, ...]]  # coordinates the masked-off lanes point at (past the tensor's end too)
+    outside: list[tuple[int, ...]]  # active lanes outside the tensor, at coordinates past its edges
+    outside_unplaced: int = 0  # active lanes outside the tensor where no coordinate fits (before it, say)
+
+
+@dataclasses.dataclass
+class Recording:
+    """What a launch touched: the accesses in the order they ran, and the tensors as the kernel left them."""
+
+    grid: tuple[int, ...]
+    accesses: list[Access]
+    tensors: dict[str, torch.Tensor]  # parameter name -> the CPU copy the kernel ran on
+
+    def cells(self, tensor: str, kind: str | None = None, what: str = "active") -> dict[tuple, set[tuple]]:
+        """{program: coordinates} of one tensor's `what` lanes ("active", "masked" or "outside"), over loads,
+        stores, or both (kind None)."""
+        out: dict[tuple, set[tuple]] = defaultdict(set)
+        for a in self.accesses:
+            if a.tensor == tensor and (kind is None or a.kind == kind):
+                out[a.program] |= set(getattr(a, what))
+        return dict(out)
+
+    def out_of_bounds(self) -> list[Access]:
+        """The accesses that had active lanes outside their tensor (each was recorded, not performed)."""
+        return [a for a in self.accesses if a.outside or a.outside_unplaced]
+
+    def summary(self) -> str:
+        lines = []
+        for (name, kind), progs in self._panels().items():
+            n = sum(len(s) for s in progs["active"].values())
+            m = sum(len(s) for s in progs["masked"].values())
+            o = sum(len(s) for s in progs["outside"].values())
+            verb = "read" if kind == "load" else "written"
+            lines.append(f"{name}: {n} element accesses {verb} by {len(progs['active'])} programs, "
+                         f"{m} lanes masked off" + (f", {o} OUT OF BOUNDS" if o else ""))
+        for a in self.out_of_bounds()[:3]:
+            lines.append(f"  program {_label(a.program)}: tl.{a.kind} outside {a.tensor} "
+                         f"({len(a.outside) + a.outside_unplaced} lanes, e.g. at {a.outside[:3] or '?'})")
+        return "\n".join(lines)
+
+    def _panels(self) -> dict:
+        panels: dict = {}
+        for a in self.accesses:
+            p = panels.setdefault((a.tensor, a.kind), {w: defaultdict(set) for w in ("active", "masked", "outside")})
+            for w in ("active", "masked", "outside"):
+                p[w][a.program] |= set(getattr(a, w))
+        return panels
+
+
+# ------------------------------------------------------------------ recording
+
+def _interpreter():
+    """The interpreter module and its builder, or a clear error when this Triton's differ from what we expect."""
+    try:
+        from triton.runtime import interpreter
+    except Exception as exc:  # noqa: BLE001
+        raise ProgramsUnavailable(f"draw_programs needs Triton's interpreter (triton.runtime.interpreter): {exc}")
+    builder = getattr(interpreter, "interpreter_builder", None)
+    missing = [n for n in ("create_masked_load", "create_masked_store") if not callable(getattr(builder, n, None))]
+    if builder is None or missing or not hasattr(interpreter, "InterpretedFunction"):
+        import triton
+
+        raise ProgramsUnavailable(
+            f"draw_programs cannot hook the interpreter of triton {triton.__version__} (it lacks "
+            f"{', '.join(missing) or 'interpreter_builder / InterpretedFunction'}): the launch was not drawn. "
+            "The kernel itself is unaffected; run it normally.")
+    return interpreter, builder
+
+
+def _python_function(kernel):
+    """The plain Python function under @triton.jit (and under @triton.autotune / heuristics wrappers)."""
+    fn = kernel
+    for _ in range(8):
+        if inspect.isfunction(fn):
+            return fn
+        fn = getattr(fn, "fn", None)
+    raise TypeError(f"draw_programs wants a @triton.jit kernel, got {type(kernel).__name__}")
+
+
+class _Place:
+    """Turns addresses into coordinates of one tensor (its view, through its strides)."""
+
+    def __init__(self, name: str, t: torch.Tensor):
+        self.name, self.t = name, t
+        storage = t.untyped_storage()
+        self.lo, self.hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        self.base, self.esize = t.data_ptr(), t.element_size()
+        shape = tuple(t.shape) or (1,)
+        strides = tuple(t.stride()) or (1,)
+        # Dimensions from the largest stride to the smallest: unravelling an offset along them finds the element.
+        self.order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+        self.shape, self.strides = shape, strides
+
+    def holds(self, addr: np.ndarray) -> np.ndarray:
+        return (addr >= self.lo) & (addr + self.esize <= self.hi)
+
+    def coords(self, addr: int) -> tuple[tuple[int, ...] | None, bool]:
+        """(coordinates or None where none fits, inside the view)."""
+        off, rem = divmod(int(addr) - self.base, self.esize)
+        if rem:
+            return None, False
+        coord = [0] * len(self.shape)
+        for d in self.order:  # the largest stride first
+            if self.strides[d]:
+                coord[d], off = divmod(off, self.strides[d])
+        if off:
+            return None, False
+        outer = self.order[0]
+        inner_ok = all(0 <= coord[d] < self.shape[d] for d in self.order[1:])
+        if not inner_ok or coord[outer] < 0:
+            return None, False
+        return tuple(coord), coord[outer] < self.shape[outer]
+
+
+def _cpu_copies(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """CPU copies with the same strides and offsets, each in a copy of its whole storage (a sliced view keeps
+    its gaps); tensors that share memory share it in the copies too."""
+    storages: dict = {}
+    out = {}
+    for name, t in tensors.items():
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr())
+        if key not in storages:
+            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
+            storages[key] = torch.empty(storage.nbytes(), dtype=torch.uint8)
+            storages[key].copy_(raw)
+        out[name] = torch.empty(0, dtype=t.dtype).set_(storages[key].untyped_storage(), t.storage_offset(),
+                                                       t.shape, t.stride())
+    return out
+
+
+def record_programs(kernel, grid, *args, **kwargs) -> Recording:
+    """Run kernel[grid](*args, **kwargs) once in Triton's interpreter, on CPU copies of the tensors, recording
+    which elements each program loads and stores. Returns a Recording (see its `cells` and `summary`)."""
+    interpreter, builder = _interpreter()
+    fn = _python_function(kernel)
+    grid = tuple(grid(kwargs) if callable(grid) else grid)
+    params = list(inspect.signature(fn).parameters)
+    if len(args) > len(params):
+        raise TypeError(f"{fn.__name__} takes {len(params)} arguments, {len(args)} were given")
+    named = {**dict(zip(params, args)), **{k: v for k, v in kwargs.items() if k in params}}
+    copies = _cpu_copies({k: v for k, v in named.items() if isinstance(v, torch.Tensor)})
+    args = tuple(copies.get(p, a) for p, a in zip(params, args))
+    kwargs = {k: copies.get(k, v) for k, v in kwargs.items()}
+    places = [_Place(name, t) for name, t in copies.items()]
+    accesses: list[Access] = []
+
+    def note(kind, ptrs, mask):
+        addr = np.asarray(ptrs.data).astype(np.uint64).reshape(-1)
+        on = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.asarray(ptrs.data).shape).reshape(-1)
+        if not places:
+            return None
+        counts = [int((p.holds(addr) & on).sum()) for p in places]
+        if max(counts) > 0:
+            place = places[int(np.argmax(counts))]
+        else:  # nothing active inside any tensor: the tensor starting nearest below the first address
+            below = [p for p in places if p.lo <= int(addr.min())]
+            place = max(below, key=lambda p: p.lo) if below else places[0]
+        program = tuple(int(i) for i in (getattr(builder, "grid_idx", None) or (0, 0, 0))[: len(grid)])
+        acc = Access(program, kind, place.name, [], [], [])
+        inside = place.holds(addr)
+        for a, active, ok in zip(addr.tolist(), on.tolist(), inside.tolist()):
+            coord, in_view = place.coords(a)
+            if not active:
+                if coord is not None:
+                    acc.masked.append(coord)
+            elif ok and in_view:
+                acc.active.append(coord)
+            elif coord is not None:
+                acc.outside.append(coord)
+            else:
+                acc.outside_unplaced += 1
+        accesses.append(acc)
+        return inside  # lanes outside the tensor's memory are not performed
+
+    def masked_load(ptrs, mask, other, *rest):
+        inside = note("load", ptrs, mask)
+        return original_load(ptrs, _only(mask, inside), other, *rest)
+
+    def masked_store(ptrs, value, mask, *rest):
+        inside = note("store", ptrs, mask)
+        return original_store(ptrs, value, _only(mask, inside), *rest)
+
+    original_load, original_store = builder.create_masked_load, builder.create_masked_store
+    globals_swapped = _interpret_helpers(fn, interpreter)
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    try:
+        runner = kernel if isinstance(kernel, interpreter.InterpretedFunction) else interpreter.InterpretedFunction(fn)
+        runner[grid](*args, **kwargs)
+    finally:
+        del builder.create_masked_load, builder.create_masked_store  # the class's methods again
+        for k, v in globals_swapped.items():
+            fn.__globals__[k] = v
+    return Recording(grid, accesses, copies)
+
+
+def _only(mask, inside):
+    """The mask with the lanes outside the tensor turned off (a copy; the original when all are inside)."""
+    if inside is None or inside.all():
+        return mask
+    m = copy.copy(mask)
+    shape = np.asarray(mask.data).shape
+    m.data = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).copy().reshape(-1) & inside
+    m.data = m.data.reshape(shape) if shape else m.data
+    return m
+
+
+def _interpret_helpers(fn, interpreter) -> dict:
+    """On a GPU machine, @triton.jit helpers the kernel calls are compiled-mode functions, which cannot run inside
+    the interpreter: swap them for interpreted ones in the kernel's globals for the call. Returns what to restore."""
+    from triton.runtime.jit import JITFunction
+
+    saved = {}
+    for k, v in list(fn.__globals__.items()):
+        if isinstance(v, JITFunction) and inspect.isfunction(getattr(v, "fn", None)) and v.fn is not fn:
+            saved[k] = v
+            fn.__globals__[k] = interpreter.InterpretedFunction(v.fn)
+    return saved
+
+
+# ------------------------------------------------------------------ drawing
+
+def _label(program: tuple[int, ...]) -> str:
+    return str(program[0]) if len(program) == 1 else "(" + ",".join(map(str, program)) + ")"
+
+
+def _cell(coord: tuple[int, ...], shape: tuple[int, ...], wrap: int) -> tuple[int, int]:
+    """(row, column) of a coordinate in the drawing: the last dimension across, the others down."""
+    if len(shape) <= 1:
+        k = coord[0] if coord else 0
+        return divmod(k, wrap) if shape and shape[0] > wrap else (0, k)
+    row = 0
+    for c, n in zip(coord[:-1], shape[:-1]):
+        row = row * n + c
+    return row, coord[-1]
+
+
+def draw_programs(kernel, grid, *args, wrap: int = 32, title: str | None = None, **kwargs):
+    """Run kernel[grid](*args, **kwargs) once in Triton's interpreter and draw which elements each program
+    read (tl.load) and wrote (tl.store): one panel per tensor and direction, a cell coloured and numbered by the
+    program that touched it (striped when several did), masked-off lanes hatched where they point, accesses
+    outside the tensor red with a cross (recorded, not performed), cells past the tensor's end dashed.
+
+    kernel: a @triton.jit function (not a launcher); grid: a tuple, as in kernel[grid]; args and kwargs: exactly
+    what you would launch it with, every tl.constexpr included. 1-D tensors longer than `wrap` are drawn in rows
+    of `wrap` cells; tensors of 3 or more dimensions with their leading dimensions stacked down the page.
+    Returns the matplotlib Figure; the Recording is on it as `fig.recording`. Raises ProgramsUnavailable, with
+    the reason, where this Triton's interpreter cannot be hooked.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    rec = record_programs(kernel, grid, *args, **kwargs)
+    panels = rec._panels()
+    programs = sorted({a.program for a in rec.accesses})
+    cmap = plt.get_cmap("tab10" if len(programs) <= 10 else "tab20")
+    colour = {p: cmap(i % cmap.N) for i, p in enumerate(programs)}
+    if not panels:
+        fig, ax = plt.subplots(figsize=(6, 1))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no tl.load or tl.store was recorded", ha="center", va="center")
+        fig.recording = rec
+        return fig
+
+    layouts = []
+    for (name, kind), p in panels.items():
+        shape = tuple(rec.tensors[name].shape) or (1,)
+        cells = {w: {p_: {_cell(c, shape, wrap) for c in cs} for p_, cs in p[w].items()} for w in p}
+        in_view = {_cell(c, shape, wrap) for c in np.ndindex(*shape)} if math.prod(shape) <= 4096 else set()
+        every = set(in_view).union(*[s for w in cells.values() for s in w.values()])
+        rows = max(r for r, _ in every) + 1
+        cols = max(c for _, c in every) + 1
+        layouts.append((name, kind, shape, cells, in_view, rows, cols))
+    width = min(14, max(5, 0.42 * max(c for *_, c in layouts) + 1.5))
+    heights = [max(r, 1) + 1.2 for *_, r, _ in layouts]
+    fig, axes = plt.subplots(len(layouts), 1, figsize=(width, min(40, 0.42 * sum(heights) + 0.6)),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, (name, kind, shape, cells, in_view, rows, cols) in zip(axes[:, 0], layouts):
+        small = rows * cols <= 600
+        for (r, c) in in_view:
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="#eeeeee", edgecolor="#bbbbbb", lw=0.5))
+        touched: dict[tuple, list] = defaultdict(list)
+        for prog, cs in cells["active"].items():
+            for rc in cs:
+                touched[rc].append(prog)
+        for (r, c), progs in touched.items():
+            progs = sorted(progs)
+            for i, prog in enumerate(progs):
+                ax.add_patch(Rectangle((c + i / len(progs), r), 1 / len(progs), 1, facecolor=colour[prog],
+                                       edgecolor="none", alpha=0.85))
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="none", edgecolor="white", lw=0.8))
+            if small and len(progs) == 1:
+                ax.text(c + 0.5, r + 0.5, _label(progs[0]), ha="center", va="center", fontsize=7, color="white")
+        for prog, cs in cells["masked"].items():
+            # A masked-off lane past a row's end points into the next row (memory is flat): it is drawn only
+            # where it falls outside the tensor, so the tensor's own cells show who really touched them.
+            for (r, c) in cs - in_view:
+                ax.add_patch(Rectangle((c + 0.06, r + 0.06), 0.88, 0.88, facecolor="none", hatch="////",
+                                       edgecolor=colour[prog], lw=0.8))
+        for prog, cs in cells["outside"].items():
+            for (r, c) in cs:
+                ax.add_patch(Rectangle((c, r), 1, 1, facecolor="#ffcccc", edgecolor="red", lw=1.5))
+                ax.plot([c + 0.15, c + 0.85], [r + 0.15, r + 0.85], color="red", lw=1.2)
+                ax.plot([c + 0.15, c + 0.85], [r + 0.85, r + 0.15], color="red", lw=1.2)
+        for (r, c) in {rc for w in cells.values() for s in w.values() for rc in s} - in_view:
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor="none", edgecolor="#888888", lw=0.6, ls="--"))
+        ax.set_xlim(-0.1, cols + 0.1)
+        ax.set_ylim(rows + 0.1, -0.1)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for s in ax.spines.values():
+            s.set_visible(False)
+        n_out = sum(len(s) for s in cells["outside"].values())
+        what = "read (tl.load)" if kind == "load" else "written (tl.store)"
+        ax.set_title(f"{name} {tuple(shape)}: {what}" + (f" — {n_out} accesses OUT OF BOUNDS" if n_out else ""),
+                     fontsize=9, loc="left", color="red" if n_out else "black")
+    handles = [Rectangle((0, 0), 1, 1, facecolor=colour[p]) for p in programs[:20]]
+    labels = [f"program {_label(p)}" for p in programs[:20]]
+    handles += [Rectangle((0, 0), 1, 1, facecolor="none", hatch="////", edgecolor="gray"),
+                Rectangle((0, 0), 1, 1, facecolor="#ffcccc", edgecolor="red")]
+    labels += ["masked-off lane", "outside the tensor"]
+    fig.legend(handles, labels, loc="upper right", fontsize=7, frameon=False, bbox_to_anchor=(1.0, 1.0))
+    grid_txt = "x".join(map(str, rec.grid))
+    fig.suptitle(title or f"{getattr(kernel, '__name__', 'kernel')}[grid=({grid_txt})]: who touches what",
+                 fontsize=10, x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 0.82, 0.95))
+    fig.recording = rec
+    plt.close(fig)  # shown when the notebook displays it, not twice
+    return fig
