@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 import math
 from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import KernelExercise, Shape
+from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
 from autograder.specs.rounding import TF32_NOTE, tf32
 
 
@@ -101,6 +101,65 @@ def _float32_accumulation(inputs: dict, dtype) -> tuple[float, str]:
     """Summing K products in float32 lets rounding errors random-walk: about eps * sqrt(K) of the result."""
     k = inputs["x"].shape[1]
     return 4 * 2.0**-24 * math.sqrt(k), f"float32 accumulation over K = {k} (4 eps sqrt(K))"
+
+
+# --- 0. Predict: the epilogue's HBM traffic ------------------------------------------------------------------
+
+def epilogue_bytes_reference(m: int, k: int, n: int, elem_bytes: int) -> tuple[int, int]:
+    """(unfused, fused) HBM bytes of gelu(x @ w + b) + r for x (m, k), w (k, n), b (n,), r (m, n).
+
+    Unfused (PyTorch): addmm reads x, w, b and writes y; gelu reads y and writes g; the add reads g and r and
+    writes out: |x| + |w| + |b| + 6|y|. Fused: x, w, b and r read once, out written once: |x| + |w| + |b| + 2|y|.
+    """
+    e = elem_bytes
+    common = e * (m * k + k * n + n)
+    return common + 6 * e * m * n, common + 2 * e * m * n
+
+
+def _epilogue_bytes_cases(rng):
+    cases = [(32768, 256, 2048, 2), (1, 1024, 4096, 2), (8192, 8192, 8192, 4)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 20000), rng.randint(1, 9000), rng.randint(1, 9000), rng.choice([2, 4])))
+    return cases
+
+
+def _diagnose_epilogue_bytes(args, got, expected):
+    m, k, n, e = args
+    (eu, ef) = expected
+    try:
+        gu, gf = got
+    except (TypeError, ValueError):
+        return "return a pair (unfused_bytes, fused_bytes)"
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-9)  # noqa: E731
+    y = e * m * n
+    if close(gu, ef) and close(gf, eu):
+        return "the two counts are swapped: return (unfused, fused)"
+    if close(gu, eu / e) or close(gf, ef / e):
+        return "count bytes, not elements: multiply by elem_bytes"
+    if close(gu, eu + 2 * y):
+        return "the bias rides in cuBLAS's epilogue (addmm): the unfused version is 6|y|, not 8|y|"
+    if close(gu, eu - y):
+        return "the residual add reads g and r and writes out: 3|y|, so 6|y| in all unfused"
+    if close(gf, ef - y):
+        return "the fused kernel still reads r once: |x| + |w| + |b| + 2|y|"
+    if close(gu, eu - e * n) or close(gf, ef - e * n):
+        return "the bias b (n elements) is read too"
+    if close(gu - gf, eu - ef) and not close(gf, ef):
+        return "the saving (4|y|) is right; the part both share is |x| + |w| + |b|"
+    return None
+
+
+PREDICT_EPILOGUE_BYTES = NumericExercise(
+    id="04.predict_epilogue_bytes",
+    notebook=NOTEBOOK,
+    function="predicted_epilogue_bytes",
+    signature="predicted_epilogue_bytes(m, k, n, elem_bytes) -> (unfused_bytes, fused_bytes)",
+    summary="HBM bytes of gelu(x @ w + b) + r: cuBLAS + the eager epilogue against one fused GEMM.",
+    criteria=("correctness",),
+    cases=_epilogue_bytes_cases,
+    reference=epilogue_bytes_reference,
+    diagnose=_diagnose_epilogue_bytes,
+)
 
 
 # --- 1. GEMM + bias + GELU + residual ----------------------------------------------------------------------
@@ -261,4 +320,4 @@ SWIGLU = KernelExercise(
     ),
 )
 
-EXERCISES = (GEMM_GELU_RESIDUAL, SWIGLU)
+EXERCISES = (PREDICT_EPILOGUE_BYTES, GEMM_GELU_RESIDUAL, SWIGLU)

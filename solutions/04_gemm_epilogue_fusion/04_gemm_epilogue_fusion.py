@@ -9,31 +9,47 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 04 · GEMM epilogue fusion: bias, GELU and residual in the matmul, and a fused SwiGLU
 #
-# Every linear layer of a transformer is a GEMM followed by a few elementwise operations: a bias, an
-# activation, a residual add, a gate. Run as separate kernels, each of them reads the GEMM's whole output
-# from HBM and writes it back. Yet when the GEMM finishes an output tile, that tile sits in registers, in
-# float32; anything elementwise done to it *there*, before the one store, is nearly free. That is
-# **epilogue fusion**, and it is what cuBLASLt epilogues, CUTLASS and every inference engine do.
+# About 4 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row-wise fused kernel)
+# and 03 (the tiled matmul and the fused QKV projection)
+#
+# In notebook 03 you wrote (or read) a tiled matmul in Triton: a program per output tile, a loop over `K`,
+# one float32 accumulator. This notebook is about what happens *after* that loop, in the matmul's
+# **epilogue**: the few instructions between the last `tl.dot` and the one store.
+#
+# Every linear layer of a transformer is a GEMM (GEneral Matrix Multiply, `x @ W`) followed by a few
+# elementwise operations: a bias, an activation, a residual add, a gate. Run as separate kernels, each of
+# them reads the GEMM's whole output from HBM (the GPU's main memory) and writes it back. Yet when the GEMM
+# finishes an output tile, that tile sits in registers, in float32; anything elementwise done to it *there*,
+# before the one store, is nearly free. That is **epilogue fusion**, and it is what cuBLASLt epilogues,
+# CUTLASS and every inference engine do.
 #
 # You will
-# 1. write down a tiled matmul in Triton (output tiles, the K loop, the float32 accumulator, grouped tile
-#    order), time it against cuBLAS over tile shapes, read what each tile costs in registers and shared
-#    memory from the compiled kernel, and let `triton.autotune` choose;
-# 2. count the HBM traffic of `gelu(x @ W + b) + r` unfused and fused, and predict from it where fusing
-#    pays (few rows, short K) and where the matmul hides it (many rows, long K);
-# 3. write the **GEMM with a bias + GELU + residual epilogue** (exercise 1) and measure it against that
-#    prediction;
-# 4. measure, with your kernel, why the epilogue math belongs in float32 before the one rounding;
+# 1. recap the tiled matmul of notebook 03 (tile order, tile shape, occupancy), time it against cuBLAS and
+#    let `triton.autotune` choose a tile;
+# 2. **predict** the HBM traffic of `gelu(x @ W + b) + r` unfused and fused (graded), and from it where
+#    fusing pays (few rows, short K) and where the matmul hides it (many rows, long K);
+# 3. write the **GEMM with a bias + GELU + residual epilogue** (exercise 04.gemm_gelu_residual) and measure it
+#    against your prediction;
+# 4. measure why the epilogue math belongs in float32 before the one rounding;
 # 5. see what closes the last gap to cuBLAS on Hopper (persistent programs fed by the TMA copy engine), as
 #    an optional, ungraded exercise;
-# 6. fuse two GEMMs and their epilogue: the **fused SwiGLU** (exercise 2), SwiGLU's gate and up
-#    projections with `silu(g)·u` applied before anything is written, with an optional Hopper version.
+# 6. fuse two GEMMs and their epilogue: the **fused SwiGLU** (exercise 04.swiglu), with an optional Hopper
+#    version;
+# 7. answer three short written questions about what you measured.
 #
-# The two exercises are graded on correctness, precision, measured TFLOP/s and fusion. Each cell that
-# times or calls your kernels comes after the exercise's tests; until you have written an exercise it
-# leaves your kernel out and says so. Without a GPU, kernels run in Triton's interpreter: graded for
-# correctness there, not for speed, and the plots show the cost model for a reference H200 instead of
-# measurements.
+# | exercise | what | time · difficulty | points |
+# |---|---|---|---|
+# | 04.predict_epilogue_bytes | the epilogue's HBM bytes, unfused and fused | 15 min · ★☆☆ | 2 |
+# | 04.gemm_gelu_residual | GEMM + bias + GELU + residual in one kernel | 90 min · ★★★ | 13 |
+# | 04.swiglu | two GEMMs and `silu(g)·u` in one kernel | 60 min · ★★☆ | 10 |
+# | three written questions | | 20 min | 3 |
+#
+# The kernel exercises are graded on correctness, precision, measured TFLOP/s and fusion (how many kernels
+# a call launches). Each cell that times or calls your kernels comes after the exercise's tests; until you
+# have written an exercise it leaves your kernel out and says so. Without a GPU, kernels run in Triton's
+# interpreter: graded for correctness there, not for speed, and the plots show the cost model for a
+# reference H200 instead of measurements. Terms are defined where they first appear; the course glossary
+# (`docs/glossary.md`) has them all.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import autograder  # first: picks GPU or interpreter before any kernel is defined
@@ -47,8 +63,8 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.specs import gemm_epilogue_fusion as epi_ops  # float64 reference and eager version of exercise 1's op
-from autograder.specs import gemm_epilogue_fusion as swiglu_ops  # the same for exercise 2's
+from autograder.specs import gemm_epilogue_fusion as epi_ops  # float64 reference and eager version of exercise 04.gemm_gelu_residual's op
+from autograder.specs import gemm_epilogue_fusion as swiglu_ops  # the same for exercise 04.swiglu's
 from autograder.teach.plots import launch_seconds, peaks
 from autograder.measure.timing import bench_interleaved, bench_ms, cuda_graph, not_written, written_versions
 from kernels import matmul as tiled  # section 1's tiled matmul
@@ -78,7 +94,12 @@ def time_in_turns(calls: dict, desc: str) -> dict:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "tiles-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 1. A tiled matmul in Triton
+# ## 1. Recap: the tiled matmul of notebook 03
+#
+# A quick reminder of the loop you met in notebook 03, with the three things that decide its speed. A
+# **tile** is a small rectangular block of a matrix that one program handles; a **stride** is how many
+# elements apart two neighbours along one dimension sit in memory (`x.stride()`), which lets a kernel read
+# transposed or padded tensors without copying them.
 #
 # `out = x @ w`, `x` of shape `(M, K)`, `w` of shape `(K, N)`. A program owns one `BLOCK_M × BLOCK_N` tile of
 # `out`. It walks `K` in steps of `BLOCK_K`: each step loads a `BLOCK_M × BLOCK_K` tile of `x` and a
@@ -89,14 +110,16 @@ def time_in_turns(calls: dict, desc: str) -> dict:
 # * **Reuse.** A tile of `x` is needed by every program in its tile-row, a tile of `w` by every program in its
 #   tile-column. HBM sees each of them once only if the programs that share them run close together in time
 #   and L2 keeps them in between. Programs are launched in index order, so the order in which the index
-#   maps to tiles matters: row by row, a wave of programs (one or two per multiprocessor, of which an H100
-#   or H200 has 132) covers one or two tile-rows and every column of `w`; in **groups** of `GROUP_M` tile-rows, walked column by column, a wave covers a compact block
+#   maps to tiles matters: row by row, a wave of programs (one or two per **SM**, streaming
+#   multiprocessor, the GPU's unit that runs programs; an H100 or H200 has 132) covers one or two tile-rows and every column of `w`; in **groups** of `GROUP_M` tile-rows, walked column by column, a wave covers a compact block
 #   whose `x` rows and `w` columns fit in L2 together (`grouped_tile` below).
 # * **Tile shape.** Bigger tiles do more arithmetic per byte loaded (`2·BM·BN·BK` flops for
-#   `(BM + BN)·BK` elements) but cost more **registers** (the accumulator alone is `BM·BN` floats spread
-#   over the program's threads) and more **shared memory** (`num_stages − 1` pairs of `x` and `w` tiles,
-#   loaded ahead while the tensor cores work on the current pair).
-# * **Occupancy.** A multiprocessor holds as many programs as its 65536 registers and ~228 KB of shared
+#   `(BM + BN)·BK` elements) but cost more **registers** (each thread's private, fastest storage; the
+#   accumulator alone is `BM·BN` floats spread over the program's threads, which come in **warps** of 32
+#   that execute together) and more **shared memory** (a fast on-chip scratchpad of each SM that a program's
+#   threads share; here `num_stages − 1` pairs of `x` and `w` tiles, loaded ahead while the tensor cores
+#   work on the current pair).
+# * **Occupancy**, the number of programs an SM runs at once. A multiprocessor holds as many programs as its 65536 registers and ~228 KB of shared
 #   memory allow: fewer when a tile is greedy. A GEMM needs few programs per SM if each keeps the tensor
 #   cores busy, but a spilled accumulator (registers that did not fit, moved to local memory) is fatal.
 #
@@ -235,10 +258,44 @@ else:
 # before that write costs one read of `r`, and saves a whole kernel that would read `y` and `r` and write
 # `out`. cuBLASLt's epilogues (`D = act(α·A·B + β·C)`, with `C = r`) do the same.
 #
-# The cell below turns the table into times, the prediction your kernel will be measured against: each
-# kernel takes `max(bytes / BW, flops / peak)` plus a launch. First GPT-2-medium's MLP shape (`K = 1024 →
-# N = 4096`; GELU-tanh is GPT-2's own activation) from one row to 16384 rows, then `M = N = 8192` as `K`
-# grows.
+# ![One output tile of the GEMM: the K loop adds x and w tiles into a float32 accumulator in registers; the epilogue then adds the bias, applies GELU and adds the residual tile before a single store to HBM](figures/gemm_tile_epilogue.svg)
+#
+# ### Exercise 04.predict_epilogue_bytes · the epilogue's bytes, before measuring (about 15 min · ★☆☆)
+#
+# **Spec.** Write `predicted_epilogue_bytes(m, k, n, elem_bytes)` returning the pair `(unfused_bytes,
+# fused_bytes)`: the HBM bytes of `gelu(x @ W + b) + r` for `x (m, k)`, `W (k, n)`, `b (n,)`, `r (m, n)`,
+# every tensor of `elem_bytes` bytes an element, first as cuBLAS (`addmm`, bias in its epilogue) + two eager
+# kernels, then as one fused GEMM. Count each tensor a kernel reads or writes once (caches aside), in bytes,
+# as Python ints.
+#
+# **Hints** *(optional)*. The table above has it in units of `|y|`; `|x| = m·k·elem_bytes`. The cell after
+# the test turns your bytes into times (`max(bytes / bandwidth, flops / peak)` plus the launches), and the
+# measurement after exercise 04.gemm_gelu_residual draws them against your kernel.
+#
+# **Graded.**
+#
+# <!-- graded: 04.predict_epilogue_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_epilogue_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_epilogue_bytes(m: int, k: int, n: int, elem_bytes: int) -> tuple[int, int]:
+    """(unfused, fused) HBM bytes of gelu(x @ W + b) + r, x (m, k), W (k, n), b (n,), r (m, n), in bytes."""
+    ### BEGIN SOLUTION
+    common = elem_bytes * (m * k + k * n + n)  # x, W and b, read once by either version
+    y = elem_bytes * m * n
+    return common + 6 * y, common + 2 * y  # y written, read, g written, read, r read, out written | r, out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_epilogue_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("04.predict_epilogue_bytes", predicted_epilogue_bytes, criteria=["correctness"]).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "epilogue-model-md", "locked": true, "schema_version": 3, "solution": false}
+# The cell below turns your byte counts into times, the prediction your kernel will be measured against:
+# each kernel takes `max(bytes / BW, flops / peak)` plus a launch (the GEMM's own bytes are
+# `|x| + |W| + |b| + |y|`; the rest of the unfused count streams at copy bandwidth). First GPT-2-medium's MLP
+# shape (`K = 1024 → N = 4096`; GELU-tanh is GPT-2's own activation) from one row to 16384 rows, then
+# `M = N = 8192` as `K` grows. Until your function is written, the cell uses the course's own count and says
+# so.
 
 # %% nbgrader={"grade": false, "grade_id": "epilogue-model", "locked": true, "schema_version": 3, "solution": false}
 def gemm_s(m, k, n, extra_bytes=0, e=2):
@@ -247,10 +304,25 @@ def gemm_s(m, k, n, extra_bytes=0, e=2):
     return max(n_bytes / (bw_gbps * 1e9), 2 * m * n * k / (peak_tflops * 1e12)) + launch_s
 
 
+try:
+    predicted_epilogue_bytes(1, 1, 1, 2)
+    epilogue_bytes = predicted_epilogue_bytes
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print(f"predicted_epilogue_bytes is not written yet ({type(exc).__name__}): the model below uses the course's "
+          "own count until you write it and run this cell again")
+    epilogue_bytes = epi_ops.epilogue_bytes_reference
+
+
 def epilogue_model_us(m, k, n, e=2):
-    y = e * m * n
-    unfused = gemm_s(m, k, n) + (2 * y + 3 * y) / (bw_gbps * 1e9) + 2 * launch_s
-    fused = gemm_s(m, k, n, extra_bytes=y)  # + read r (the write of out is the GEMM's own)
+    """(unfused, fused) µs from the predicted bytes: the GEMM at its roofline, the rest of the unfused traffic
+    at copy bandwidth with two more launches; the fused kernel at its own roofline with one launch."""
+    unfused_bytes, fused_bytes = epilogue_bytes(m, k, n, e)
+    gemm_bytes = e * (m * k + k * n + n + m * n)
+    flops_s = 2 * m * n * k / (peak_tflops * 1e12)
+    unfused = gemm_s(m, k, n) + (unfused_bytes - gemm_bytes) / (bw_gbps * 1e9) + 2 * launch_s
+    fused = max(fused_bytes / (bw_gbps * 1e9), flops_s) + launch_s
     return 1e6 * unfused, 1e6 * fused
 
 
@@ -274,39 +346,68 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # about 3 at `K = 256` to 1.1 at `K = 8192`: there the product's flops hide the epilogue, and what decides
 # the time is how close the fused GEMM gets to cuBLAS.
 #
-# ### Exercise 1: the fused GEMM epilogue
-# Write `gemm_gelu_residual(x, w, b, r)` returning `gelu_tanh(x @ w + b) + r` for `x (M, K)`, `w (K, N)`,
-# `b (N,)`, `r (M, N)`, all of one dtype (fp32, fp16 or bf16), with one Triton kernel:
+# ### Exercise 04.gemm_gelu_residual · GEMM + bias + GELU + residual in one kernel (about 90 min · ★★★)
 #
-# * the GEMM of section 1 (use `grouped_tile` and `tile_dot` if you like), then, on the float32 accumulator,
-#   add `b`, apply GELU's tanh form `0.5·u·(1 + tanh(√(2/π)·(u + 0.044715·u³)))`, add `r`, and round once
-#   when you store. (`tanh` can be written with one `tl.exp`: `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))`.)
-# * any `M`, `N`, `K`, not multiples of the tile: mask; any strides (`x` padded, `w` the transpose of an
-#   `nn.Linear` weight, `r` transposed): use them;
-# * float32 inputs: `input_precision="ieee"` in `tl.dot` (`dot_precision(dtype)` returns it).
-# * mind the registers (section 1): a `128 × 256` float32 accumulator is already 128 registers a thread, and
-#   `r`'s tile plus GELU's temporaries on top of it spill. Apply the epilogue to one column half at a time
+# **Spec.** `gemm_gelu_residual(x, w, b, r) -> out`, `out = gelu_tanh(x @ w + b) + r` with
+# `gelu_tanh(u) = 0.5·u·(1 + tanh(√(2/π)·(u + 0.044715·u³)))`. `x (M, K)`, `w (K, N)`, `b (N,)`, `r (M, N)`,
+# all of one dtype (fp32, fp16 or bf16), any `M`, `N`, `K` (not multiples of the tile: mask) and any strides
+# (`x` padded, `w` the transpose of an `nn.Linear` weight, `r` transposed: pass the strides to the kernel).
+# Returns a new contiguous `(M, N)` tensor in the inputs' dtype, computed by **one** Triton kernel: the
+# K loop of section 1 into one float32 accumulator, then, on that accumulator, add `b`, apply GELU, add `r`
+# and round once, at the store. For float32 inputs use `input_precision="ieee"` in `tl.dot`
+# (`dot_precision(dtype)` returns it).
+#
+# **Hints** *(optional)*.
+# * `grouped_tile` and `tile_dot` of `kernels/matmul.py` (shown in section 1) do the tile order and the
+#   K loop; `tanh(z)` in one `tl.exp`: `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))`.
+# * Mind the registers: a `128 × 256` float32 accumulator is already 128 registers a thread, and `r`'s tile
+#   plus GELU's temporaries on top of it spill. Apply the epilogue to one column half at a time
 #   (`tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))` gives the two halves), or use
 #   narrower tiles, and read the compiled kernel's `n_spills` to check.
-# * the graded shape has a short `K` (four steps of 64), where the epilogue's reads and writes weigh as much as
-#   the products: smaller tiles (`64 × 128`, 4 warps) let several programs share an SM, so that one's epilogue
-#   runs while another's products do.
-# * optional, for speed: GELU's `exp` and the division each take one special-function instruction, and those
-#   units (16 results a clock per SM) are what a short-K epilogue waits on. For bf16 results the reference
-#   solution computes `tanh` with NVIDIA's `tanh.approx.f32` instead (one instruction, through
-#   `tl.inline_asm_elementwise`; its error, about 2⁻¹¹, is a tenth of a bf16 rounding) and keeps the exact form
-#   for fp32 and fp16, on the interpreter and on other GPUs. The grade does not need it.
+# * The timed shape has a short `K` (four steps of 64), where the epilogue weighs as much as the products:
+#   `64 × 128` tiles with 4 warps let several programs share an SM, one's epilogue running while another's
+#   products do.
+# * Speed trick, not needed for the grade: GELU's `exp` and division each take one special-function
+#   instruction, and those units (16 results a clock per SM) are what a short-K epilogue waits on. For bf16
+#   results `tanh` can come from NVIDIA's `tanh.approx.f32` (one instruction, through
+#   `tl.inline_asm_elementwise`; its error, about 2⁻¹¹, is a tenth of a bf16 rounding). Keep the exact form
+#   for fp32 and fp16, in the interpreter and on other GPUs.
 #
-# Graded: correctness on shapes from one element up, in fp32 and fp16 (bf16 too on a GPU); precision
-# against float64 as `K` grows from 256 to 16384, within 1.4 times what rounding the exact result once
-# costs (room for `torch.compile` of the eager code, whose GEMM rounds `y` before its fused epilogue: about
-# 1.24) or what float32 accumulation over `K` may cost, whichever is larger, and with no error that grows
-# with `K`; performance at a `d_model = 256` model's MLP shape (32768 × 256 → 2048, bf16; a short `K`, where
-# the passes fusing saves cost more than the product, so choose launch settings for it) as a fraction of this GPU's matmul rate and as a
-# speed-up over cuBLAS + the eager epilogue, both measured in turns with your kernel; fusion: one launch, no
-# torch arithmetic.
+# **Graded.**
+#
+# <!-- graded: 04.gemm_gelu_residual -->
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: select it, uncomment it (Ctrl+/ in JupyterLab), fill it in, and delete the
+# `raise NotImplementedError()` line.
+#
+# @triton.jit
+# def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, stride_xm, stride_xk,
+#                                stride_wk, stride_wn, stride_b, stride_rm, stride_rn, stride_om,
+#                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+#                                GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+#     """One program computes one BLOCK_M x BLOCK_N tile of out = gelu_tanh(x @ w + b) + r.
+#
+#     x (M, K), w (K, N), b (N,), r (M, N): one dtype, strides in elements (any layout); out (M, N) row-major
+#     (stride_om, 1). PRECISION: "ieee" for float32 inputs, None otherwise (dot_precision(dtype))."""
+#     # 1. which tile is mine: pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M);
+#     #    the row indices rm and column indices rn of the tile
+#     # 2. the K loop, one float32 accumulator: acc = tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, strides...,
+#     #    BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+#     # 3. epilogue, in float32: load b[rn] and the r tile (masked), u = acc + b, gelu_tanh(u) + r
+#     # 4. round once to out's dtype (out_ptr.dtype.element_ty) and store, masked at the ragged edges
+#
+# def gemm_gelu_residual(x, w, b, r):
+#     """out = gelu_tanh(x @ w + b) + r in one kernel.
+#
+#     x (M, K), w (K, N), b (N,), r (M, N): all fp32, fp16 or bf16, any strides (w may be an nn.Linear
+#     weight's .t(), x a slice of a wider buffer). Returns out (M, N), contiguous, in x's dtype."""
+#     # 1. check shapes and dtypes; M, K = x.shape; N = w.shape[1]
+#     # 2. allocate out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+#     # 3. choose tile sizes (e.g. 64 x 128 x 64, GROUP_M = 8, 4 warps) and the grid, one program per tile:
+#     #    (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+#     # 4. launch with every stride (x.stride(0), x.stride(1), w.stride(0), ...) and
+#     #    PRECISION=dot_precision(x.dtype); return out
 ### BEGIN SOLUTION
 # include: kernels/gemm_epilogue.py (gelu_tanh, approx_tanh_applies, _epilogue_store, _gemm_gelu_residual_kernel,
 #     gemm_launch_settings, _check_epilogue_inputs, gemm_gelu_residual)
@@ -315,17 +416,28 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-try", "locked": true, "schema_version": 3, "solution": false}
 check("04.gemm_gelu_residual", gemm_gelu_residual)
 
-# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["correctness"]).assert_passed("correctness")
 
-# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_precision", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["precision"]).assert_passed("precision")
 
-# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_performance", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["performance"]).assert_passed("performance")
 
 # %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-ref", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's reference solution (`kernels/gemm_epilogue.py`, with `tanh.approx` for
+# bf16) at the timed shape, slowest of 5 gradings: 0.28 of the bf16 matmul rate and 1.85x cuBLAS + the
+# eager epilogue on an H100, 0.27 and 1.55x on an H200 (torch 2.11, triton 3.6); with GELU's exact form
+# 1.33x on the H200. cuBLAS + the eager epilogue against itself varies by 0.96-1.04x.
+#
+# **Why these bars.** The speed-up bar sits above eager's own noise, and the precision bar leaves room for
+# `torch.compile` of the eager code (its GEMM rounds `y` before the fused epilogue rounds again: about 1.24
+# times one rounding) while a bf16 accumulator, whose error grows with `K`, fails. `docs/grading.md` has the
+# rest.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "epilogue-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your kernel against the model
@@ -336,7 +448,7 @@ check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["fusion"]).assert_p
 # kernel launched from Python) stays out, and the versions take turns, so that all meet the same clocks (a
 # GPU running matrix products for long heats up and slows down: timed one after another, the last would be
 # penalised). Left: time against `M`, with the model's two lines. Right: your kernel's speed-up over cuBLAS
-# + the eager epilogue as `K` grows at `M = N = 8192`, with the model's ratio. Until exercise 1 is written,
+# + the eager epilogue as `K` grows at `M = N = 8192`, with the model's ratio. Until exercise 04.gemm_gelu_residual is written,
 # the cell times the others and says it left yours out.
 
 # %% nbgrader={"grade": false, "grade_id": "epilogue-measure", "locked": true, "schema_version": 3, "solution": false}
@@ -429,16 +541,28 @@ else:
 # swamp the `4|y|` saved. Where your kernel falls *below* the model's line, that is the GEMM itself: at
 # `K = 8192` the 20% lost is more than everything the epilogue saves. Section 4 closes most of that gap.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-short-k-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 1.** In the right-hand panel, fusing saves the same `4|y|` bytes at every `K`, yet the speed-up
+# shrinks towards 1 as `K` grows. In two or three sentences: why, and at which shapes of a real model
+# (think of decode and of a small model's MLP) is epilogue fusion worth the trouble?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-short-k", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# The saving is bytes, `4|y|`, fixed for a given `M × N`; the product's time grows with `K` (`2K` flops per
+# output element), so once the GEMM is compute-bound the passes over `y` are a shrinking share of the total
+# and a few percent lost in the GEMM itself wipes them out. Fusion pays where the GEMM is short: few rows
+# (decode, where launches and the passes over `y` dominate) or a short `K` (a small model's MLP, a LoRA
+# adapter), and wherever the epilogue would otherwise be several kernels.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "precision-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 3. Precision in the epilogue: float32 until the one rounding
 #
-# Exercise 1 asks for `gelu(acc + b) + r` on the float32 accumulator and one rounding. PyTorch rounds three
+# Exercise 04.gemm_gelu_residual asks for `gelu(acc + b) + r` on the float32 accumulator and one rounding. PyTorch rounds three
 # times: `y` to bf16 after the GEMM, `gelu(y)` to bf16, and the sum. A kernel that rounds `acc + b` to the
 # input dtype before the GELU (to "save registers") rounds twice. And a kernel whose accumulator is bf16
 # rounds at every step of the K loop. The cell measures your kernel and those three (computed with torch,
 # in float64 between the roundings each makes) against float64 as `K` grows, divided by what rounding the
 # exact result once costs (the best any kernel storing bf16 can do): 1 is perfect. Without a GPU the same
-# runs in fp16 in the interpreter (its bf16 arithmetic is not exact). Until exercise 1 is written, the cell
+# runs in fp16 in the interpreter (its bf16 arithmetic is not exact). Until exercise 04.gemm_gelu_residual is written, the cell
 # shows the other three.
 
 # %% nbgrader={"grade": false, "grade_id": "precision-measure", "locked": true, "schema_version": 3, "solution": false}
@@ -468,7 +592,7 @@ for k in KS_PREC:
             if not not_written(exc):
                 raise
             yours_written = False
-            print(f"{MINE}: left out, exercise 1 is not written yet ({type(exc).__name__}: {exc})")
+            print(f"{MINE}: left out, exercise 04.gemm_gelu_residual is not written yet ({type(exc).__name__}: {exc})")
     gelu_y = F.gelu(y.double(), approximate="tanh")
     versions["PyTorch (three roundings)"] = (gelu_y.to(PREC_DTYPE) + r).to(PREC_DTYPE)
     versions["rounded before GELU (two)"] = (gelu_y + r.double()).to(PREC_DTYPE)
@@ -490,13 +614,13 @@ for name, vals in ratios.items():
     print(f"{name:<28}" + "  ".join(f"K={k}: {v:.2f}" for k, v in zip(KS_PREC, vals)))
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "tma-md", "locked": true, "schema_version": 3, "solution": false}
-# What to look for: a kernel written as exercise 1 asks at 1.00 (its float32 accumulation costs nothing you
+# What to look for: a kernel written as exercise 04.gemm_gelu_residual asks at 1.00 (its float32 accumulation costs nothing you
 # can see next to one bf16 rounding); PyTorch's three roundings near 1.4; rounding before the GELU near 1.2,
 # flat in `K`; the low-precision accumulator growing with `K`, the signature the grader looks for.
 #
 # ## 4. The last 20%: persistent programs and the TMA engine
 #
-# A pointer-based kernel like exercise 1's reaches about 80% of cuBLAS on an H200 (the course's reference
+# A pointer-based kernel like exercise 04.gemm_gelu_residual's reaches about 80% of cuBLAS on an H200 (the course's reference
 # solution does), which at `8192³` leaves it no faster than cuBLAS + the eager epilogue: the time lost in
 # the GEMM is as much as the `4|y|` saved. Two Hopper features close most of that gap, and Triton exposes
 # both:
@@ -512,7 +636,7 @@ for name, vals in ratios.items():
 #   first loads can be in flight while this one's epilogue runs.
 #
 # ### Optional exercise (ungraded, needs Hopper): `gemm_gelu_residual_tma`
-# Write `gemm_gelu_residual_tma(x, w, b, r)`, the same function as exercise 1, as a persistent kernel whose
+# Write `gemm_gelu_residual_tma(x, w, b, r)`, the same function as exercise 04.gemm_gelu_residual, as a persistent kernel whose
 # tiles the TMA engine moves. `kernels/tma.py`'s helpers, imported in the setup cell, do the host side:
 # `tma_path_applies(x, w)` and `tma_ready(r)` say whether the engine can serve these tensors (a Hopper GPU,
 # 16-bit dtypes, more than 256 rows, 16-byte-aligned rows); `descriptor(t, block)` makes a descriptor, and
@@ -592,6 +716,18 @@ else:
 # kernel); from about a thousand rows the TMA kernel keeps more of the model's gain. Over `K` both fall
 # towards 1, the TMA kernel above the pointer one.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-gemm-gap-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 2.** At `8192³` a pointer-based fused kernel can be *slower* than cuBLAS + three eager
+# kernels, although it moves `4|y|` fewer bytes. What does the time depend on at that shape, and what do
+# the TMA engine and persistent programs change?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-gemm-gap", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# At `8192³` the GEMM is compute-bound: its time is set by how busy the tensor cores are kept, and `4|y|`
+# (about 0.5 GiB) is a few percent of it. A pointer kernel reaching about 80% of cuBLAS loses more in the
+# product than the epilogue saves. The TMA engine moves tiles without address arithmetic in the threads,
+# freeing issue slots for the math, and persistent programs remove the per-tile ramp-up and overlap the next
+# tile's loads with this tile's epilogue, bringing the product close to cuBLAS so that the saving shows.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 5. Horizontal and epilogue fusion together: SwiGLU
 #
@@ -607,7 +743,7 @@ else:
 #
 # Two accumulators cost the registers of one tile twice as wide: `128 × 128 × 2` is the `128 × 256` of
 # section 1. The cell below evaluates the model for a Llama-2-7B MLP (`4096 → 11008`) at decode (16 rows)
-# and prefill (8192 rows); after exercise 2 you measure your kernel against it.
+# and prefill (8192 rows); after exercise 04.swiglu you measure your kernel against it.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-model", "locked": true, "schema_version": 3, "solution": false}
 H_MODEL, H_MLP = 4096, 11008
@@ -632,18 +768,47 @@ for m in SWIGLU_MS:
 # kernel saves `|x|` and `6|h|` (a few hundred MiB), about a tenth of the time, if its GEMM keeps up with
 # cuBLAS.
 #
-# ### Exercise 2: fused SwiGLU
-# Write `swiglu(x, w_gate, w_up)` returning `silu(x @ w_gate) · (x @ w_up)` for `x (M, K)` and two `(K, N)`
-# weights, one Triton kernel, writing only `h`:
+# ### Exercise 04.swiglu · two GEMMs and their gate in one kernel (about 60 min · ★★☆)
 #
-# * one K loop, one `x` tile per step used by both `tl.dot`s, two float32 accumulators;
-# * `silu(g) = g · sigmoid(g) = g / (1 + e^(−g))`, computed in float32 with the product, rounded once;
-# * any `M`, `N`, `K` and strides (the weights may be transposed `nn.Linear` weights), fp32/fp16/bf16, with
-#   `input_precision="ieee"` for fp32.
+# **Spec.** `swiglu(x, w_gate, w_up) -> h`, `h = silu(x @ w_gate) · (x @ w_up)` with
+# `silu(g) = g · sigmoid(g) = g / (1 + e^(−g))`. `x (M, K)`, `w_gate` and `w_up` `(K, N)`, one dtype (fp32,
+# fp16 or bf16), any `M`, `N`, `K` and strides (the weights may be transposed `nn.Linear` weights). Returns a
+# new contiguous `(M, N)` tensor in the inputs' dtype, from **one** Triton kernel that writes only `h`: one
+# K loop, one `x` tile per step used by both `tl.dot`s, two float32 accumulators, `silu(g)·u` computed in
+# float32 and rounded once. `input_precision="ieee"` for fp32.
 #
-# Graded like exercise 1, at a `d_model = 256` model's gate and up projections (32768 × 256 → 2048 each).
+# **Hints** *(optional)*. Start from your exercise 04.gemm_gelu_residual kernel: `tile_dot` computes one
+# product, so write the loop out here to share the `x` tile. Two `128 × 128` accumulators cost the registers
+# of one `128 × 256`; `64 × 128` tiles suit the timed short-`K` shape, as in exercise 04.gemm_gelu_residual.
+#
+# **Graded.** Timed at a `d_model = 256` model's gate and up projections (32768 × 256 → 2048 each).
+#
+# <!-- graded: 04.swiglu -->
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu", "locked": false, "schema_version": 3, "solution": true}
+# A skeleton to start from: select it, uncomment it (Ctrl+/ in JupyterLab), fill it in, and delete the
+# `raise NotImplementedError()` line.
+#
+# @triton.jit
+# def _swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_xk, stride_gk, stride_gn,
+#                    stride_uk, stride_un, stride_hm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+#                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+#     """One program computes one BLOCK_M x BLOCK_N tile of h = silu(x @ w_gate) * (x @ w_up).
+#
+#     x (M, K), w_gate and w_up (K, N): one dtype, strides in elements; h (M, N) row-major (stride_hm, 1)."""
+#     # 1. which tile is mine (grouped_tile), its rows rm and columns rn, and the K offsets rk
+#     # 2. pointers to the first x tile and to the first tile of each weight, each with its own strides
+#     # 3. two float32 accumulators; the K loop: load the x tile once, load both weight tiles (masked past
+#     #    M, N and K with 0), gate = tl.dot(a, g, gate, input_precision=PRECISION), up likewise; advance
+#     # 4. epilogue in float32: h = gate / (1 + exp(-gate)) * up; round once and store, masked
+#
+# def swiglu(x, w_gate, w_up):
+#     """h = silu(x @ w_gate) * (x @ w_up) in one kernel.
+#
+#     x (M, K), w_gate and w_up (K, N): all fp32, fp16 or bf16, any strides. Returns h (M, N), contiguous,
+#     in x's dtype."""
+#     # 1. check shapes; allocate h; tile sizes and the grid (one program per output tile)
+#     # 2. launch with every stride and PRECISION=dot_precision(x.dtype); return h
 ### BEGIN SOLUTION
 # include: kernels/swiglu.py (_swiglu_kernel, swiglu_launch_settings, swiglu)
 ### END SOLUTION
@@ -663,10 +828,15 @@ check("04.swiglu", swiglu, criteria=["performance"]).assert_passed("performance"
 # %% nbgrader={"grade": true, "grade_id": "test_swiglu_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("04.swiglu", swiglu, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-ref", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's reference solution (`kernels/swiglu.py`) at the timed shape, slowest of 5
+# gradings: 0.40-0.41 of the bf16 matmul rate and 1.43-1.64x eager on an H100 and an H200 (TMA version
+# 0.42-0.43 and 1.53-1.84x); eager PyTorch reaches 0.23-0.30 of the rate.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu_tma-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Optional exercise (ungraded, needs Hopper): `swiglu_tma`
-# Write `swiglu_tma(x, w_gate, w_up)`, exercise 2's function as a persistent kernel fed by the TMA engine,
-# as `gemm_gelu_residual_tma` of section 4 is exercise 1's: two accumulators per tile, one `x` tile per K
+# Write `swiglu_tma(x, w_gate, w_up)`, exercise 04.swiglu's function as a persistent kernel fed by the TMA engine,
+# as `gemm_gelu_residual_tma` of section 4 is exercise 04.gemm_gelu_residual's: two accumulators per tile, one `x` tile per K
 # step loaded once and used by both products, only `h` stored. Fall back to your `swiglu` where the engine
 # does not apply (`tma_path_applies(x, w_gate, w_up)` says), or where the two weights are laid out
 # differently (one row-major, the other an `nn.Linear` transpose), since one kernel reads both the same way.
@@ -719,6 +889,17 @@ for m, row in swiglu_us.items():
 # kernels take 2.27 ms with pointers and 2.22 ms with the TMA engine, against 2.41 ms for PyTorch eager and
 # 2.17 ms for the two GEMMs alone).
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-swiglu-decode-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 3.** At decode (`M = 16`) the model gives fused SwiGLU only a small gain over PyTorch's four
+# kernels. Which bytes dominate there, and what would you fuse next to do better at decode?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-swiglu-decode", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# At 16 rows the two weights (2 × 4096 × 11008 bf16, about 170 MiB) dominate: each version reads them once,
+# and the intermediates `g`, `u`, `h` are tiny, so fusing saves only launches and a few small passes. To do
+# better one must read fewer weight bytes (quantised weights, dequantised in the K loop) or fuse across
+# layers so that the down projection starts while `h` is on chip; batching more tokens per weight read helps
+# most of all.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
 #
@@ -734,3 +915,17 @@ for m, row in swiglu_us.items():
 #
 # Next, notebook 05 fuses a reduction over a whole row into a streaming loop: online softmax and
 # FlashAttention, where the intermediate is an `N × N` matrix that must never be written.
+#
+# ## Further reading
+#
+# * Triton's matrix multiplication tutorial, with grouped tile order and autotuning:
+#   https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html
+# * Triton's persistent matmul tutorial (TMA descriptors, persistent programs):
+#   https://triton-lang.org/main/getting-started/tutorials/09-persistent-matmul.html
+# * cuBLASLt's epilogues (`CUBLASLT_EPILOGUE_GELU_BIAS` and friends), in the cuBLAS documentation:
+#   https://docs.nvidia.com/cuda/cublas/index.html#cublasltepilogue-t
+# * CUTLASS, NVIDIA's templates for GEMMs and their fused epilogues: https://github.com/NVIDIA/cutlass
+# * NVIDIA's Hopper tuning guide: https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html
+# * Shazeer, *GLU Variants Improve Transformer* (2020), where SwiGLU comes from: https://arxiv.org/abs/2002.05202
+# * Williams, Waterman and Patterson, *Roofline: an insightful visual performance model* (2009):
+#   https://doi.org/10.1145/1498765.1498785
