@@ -1,9 +1,10 @@
-"""Committed benchmark results: complete, dated, quoted in the README as they are."""
+"""Committed benchmark results: complete, dated, quoted in docs/benchmarks.md as they are."""
 
 import json
 
 import pytest
 
+from kernels.bench import plots, report
 from kernels.bench import suite as bench
 
 RESULTS = sorted(bench.RESULTS.glob("*.json"))
@@ -32,9 +33,36 @@ def test_fused_chain_goal_is_met(path):
     assert goal["met"] and row["fraction_of_copy"] >= 0.95 and row["speedup_vs_compile"] >= 1.0
 
 
-def test_readme_quotes_the_committed_results(root):
-    text = (root / "README.md").read_text()
-    assert bench.readme_with_results(text) == text, "README is stale: run `python -m kernels.bench --readme`"
+def test_benchmarks_page_quotes_the_committed_results(root):
+    text = (root / "docs" / "benchmarks.md").read_text()
+    assert report.render() == text, "docs/benchmarks.md is stale: run `python -m kernels.bench.report`"
+
+
+ALL_RUNS = sorted(bench.RESULTS.rglob("*.json"))
+
+
+@pytest.mark.parametrize("path", ALL_RUNS, ids=lambda p: p.relative_to(bench.RESULTS).as_posix())
+def test_every_committed_run_records_its_device_versions_and_date(path):
+    from kernels.bench.common import versions
+
+    r = json.loads(path.read_text())
+    assert r["device"]["name"] and r["date"] and r["rows"]
+    assert "?" not in versions(r)
+
+
+def test_runs_that_disagree_are_shown_side_by_side_not_chosen_between():
+    text = report.render()
+    table = text[text.index("### Where the runs disagree"):]
+    line = next(l for l in table.splitlines() if l.startswith("| fake_quant") and "repaired, compiled" in l)
+    assert "0.84 in `compiler/compiler-nvidia-h200.json`" in line and "0.52 in `nvidia-h200.json`" in line
+
+
+def test_the_figures_are_drawn_from_the_committed_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    suite_png = plots.figures(bench.RESULTS / "nvidia-h200.json", tmp_path)
+    capstone_png = plots.figures(bench.RESULTS / "training" / "capstone-nvidia-h200.json", tmp_path)
+    assert [p.name for p in suite_png + capstone_png] == ["nvidia-h200.png", "capstone-nvidia-h200.png"]
+    assert all(p.stat().st_size > 10_000 for p in suite_png + capstone_png)
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)

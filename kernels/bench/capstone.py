@@ -3,22 +3,22 @@ PyTorch, under torch.compile (default, and "reduce-overhead", which replays CUDA
 kernels (plain calls, and the step recorded as one CUDA graph): tokens/s and the allocator's peak; then the loss
 curves of eager, torch.compile and the course's model over the same batches from the same initial model.
 
-    python -m kernels.bench.capstone                 # the rows, printed, and the loss curves' figure saved
-    python -m kernels.bench.capstone --json F.json   # and kept
+    python -m kernels.bench.capstone                 # the rows, printed
+    python -m kernels.bench.capstone --json F.json   # and kept (results/training/capstone-<gpu>.json)
+    python -m kernels.bench.plots F.json             # then its figure: loss curves, tokens/s, memory
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from kernels.bench.part import part_main
+from kernels.bench.common import part_main
+from kernels.bench.streaming import peak_extra_gib
 
 # The issue's targets: at least torch.compile's tokens/s, at most 0.6 of eager's peak memory, and a loss curve on
 # eager's (here: the mean of the last 20 of 200 losses within 0.05 of eager's).
 GOALS = {"min_tokens_over_compile": 1.0, "max_memory_over_eager": 0.6, "max_final_loss_gap": 0.05}
 BATCH, SEQ, STEPS, LR = 8, 1024, 200, 1e-3
-FIGURES = Path(__file__).resolve().parent / "results" / "training"
 
 
 def _configs():
@@ -33,7 +33,6 @@ def _step_rows(progress):
     from autograder.specs import decoder as dec
     from autograder.specs.text_corpus import batches, token_ids
     from autograder.measure.timing import bench_interleaved
-    from kernels.bench.streaming import peak_extra_gib
     from kernels.decoder import cuda_graphed_step, decoder_loss
 
     out = []
@@ -109,50 +108,7 @@ def _curves(progress):
 
 
 def rows(prof, progress):
-    result = _step_rows(progress) + [_curves(progress)]
-    _plot(result, prof)
-    return result
-
-
-def _plot(result, prof):
-    import datetime
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import torch
-    import triton
-
-    from kernels.bench.suite import slug
-
-    curve = next(r for r in result if r["kernel"] == "decoder_loss_curve")
-    steps = [r for r in result if r["kernel"] == "decoder_step"]
-    fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(17, 4.6))
-    for name, losses in curve["losses"].items():
-        ax.plot(range(1, len(losses) + 1), losses, label=f"{name} (last 20: {curve['last20'][name]:.3f})", lw=1)
-    ax.set(xlabel="step", ylabel="training loss (nats)", title=f"loss, {curve['shape']}", ylim=(None, 8))
-    ax.legend(fontsize=8)
-    names = list(steps[0]["ms"])
-    width = 0.8 / len(steps)
-    for i, r in enumerate(steps):
-        bx.barh([j + i * width for j in range(len(names))], [r["ktokens_per_s"][n] for n in names], height=width,
-                label=r["shape"].split(",")[0])
-        mem_names = list(r["extra_GiB"])
-        cx.barh([j + i * width for j in range(len(mem_names))], [r["extra_GiB"][n] for n in mem_names],
-                height=width, label=r["shape"].split(",")[0])
-    bx.set_yticks([j + width / 2 for j in range(len(names))], names, fontsize=8)
-    bx.set(xlabel="k tokens/s, forward and backward", title="speed")
-    cx.set_yticks([j + width / 2 for j in range(len(mem_names))], mem_names, fontsize=8)
-    cx.set(xlabel="GiB at the peak beyond the parameters", title="memory")
-    bx.legend(fontsize=8)
-    cx.legend(fontsize=8)
-    fig.suptitle(f"{prof.name}, torch {torch.__version__}, triton {triton.__version__}, "
-                 f"{datetime.date.today().isoformat()}", fontsize=9)
-    plt.tight_layout()
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURES / f"capstone-{slug(prof.name)}.png", dpi=110)
-    plt.close(fig)
+    return _step_rows(progress) + [_curves(progress)]
 
 
 def goals(result_rows) -> dict:
@@ -206,7 +162,7 @@ def _report(result) -> str:
 
 
 def main(argv=None) -> int:
-    return part_main(argv, __doc__, "bench_capstone", rows, lambda progress: [], _report)
+    return part_main(argv, __doc__, "capstone", rows, lambda progress: [], _report)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from kernels.bench.part import part_main
+from kernels.bench.common import part_main
 
 # fake_quant compiled at least 0.8 of copy bandwidth; the tuned argmax no slower than torch.argmax at both shapes.
 GOALS = {"fake_quant": {"min_fraction_of_copy": 0.8}, "row_argmax": {"no_slower_than": "torch.argmax"}}
@@ -23,11 +23,11 @@ GOALS = {"fake_quant": {"min_fraction_of_copy": 0.8}, "row_argmax": {"no_slower_
 def _kernels(fn) -> list[str]:
     import torch
 
-    from autograder.criteria.kernel import _count_gpu_kernels
+    from autograder.criteria.cases import count_gpu_kernels
 
     fn()
     torch.cuda.synchronize()
-    return _count_gpu_kernels(fn)[1]
+    return count_gpu_kernels(fn)[1]
 
 
 def rows(prof, progress):
@@ -122,7 +122,7 @@ def _report(result_rows) -> str:
 
 
 def main(argv=None) -> int:
-    return part_main(argv, __doc__, "bench_compiler", rows, lambda progress: [], _report)
+    return part_main(argv, __doc__, "compiler", rows, lambda progress: [], _report)
 
 
 if __name__ == "__main__":

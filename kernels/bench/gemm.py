@@ -1,11 +1,13 @@
 """Notebook 04's GEMMs on one device: the fused epilogue and SwiGLU against cuBLAS alone, cuBLAS + eager
-PyTorch, and torch.compile. Part of `python -m kernels.bench`; alone:
+PyTorch, and torch.compile; and the fused QKV projection (qkv_rows, run by the suite only). Part of
+`python -m kernels.bench`; alone:
 
     python -m kernels.bench.gemm            # the rows, printed
     python -m kernels.bench.gemm --sweep    # also time tile settings of the Triton kernels (to choose them)
 
-Times are do_bench medians on random data, the versions of one row timed in turns (bench_interleaved); decode shapes (a few rows) are timed as CUDA-graph replays, as
-inference engines run them, so that the host's launch cost stays out.
+Times are do_bench medians on random data, the versions of one row timed in turns (bench_interleaved); decode
+shapes (a few rows) are timed as CUDA-graph replays, as inference engines run them, so that the host's launch cost
+stays out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import sys
 
 from autograder.specs.gemm_epilogue_fusion import random_epilogue_inputs
-from kernels.bench.part import part_main
+from kernels.bench.common import part_main
 
 # kernel -> (the PyTorch versions it must be no slower than, slack): "cuBLAS matmul alone" with slack 1.05
 # means at most 1.05x the time of the bare product, epilogue included.
@@ -107,24 +109,54 @@ def markdown(result_rows) -> list[str]:
     return lines
 
 
-def plot_panel(ax, result_rows) -> None:
-    """Each version's time over the bare product's (cuBLAS alone = 1), one group of bars per row."""
-    import numpy as np
+def qkv_rows(prof, progress):
+    """Fused QKV projections at decode and prefill: three cuBLAS GEMMs, one over the concatenated weight,
+    torch.compile of the three, and the Triton kernel."""
+    import torch
 
-    versions = ("eager", "torch.compile", "triton portable", "triton")
-    pos = np.arange(len(result_rows))
-    top = 1.0
-    for i, key in enumerate(versions):
-        ratios = [r["ms"][key] / r["ms"][next(k for k in r["ms"] if k.startswith("cuBLAS"))] for r in result_rows]
-        ax.barh(pos + (i - 1.5) * 0.2, ratios, height=0.2, label=key)
-        top = max(top, *ratios)
-    ax.axvline(1.0, color="k", ls=":", lw=1)
-    ax.set_xlim(0.9, top + 0.03)  # the differences are a few percent: start the axis near 1
-    ax.set_yticks(pos, [f"{r['kernel']}\n{r['shape']}" for r in result_rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time / time of the bare cuBLAS product(s)")
-    ax.set_title("GEMM + epilogue (notebook 04)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    from autograder.measure.timing import bench_ms, cuda_graph
+    from kernels import qkv_projection as qkv
+
+    rows = []
+    for model, (k, n_q, kv), m in (("8B-class", (4096, 4096, 1024), 16), ("8B-class", (4096, 4096, 1024), 8192),
+                                   ("70B-class", (8192, 8192, 1024), 16)):
+        progress(f"qkv_projection {model} M={m}")
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = (torch.randn(n_q + 2 * kv, k, device="cuda") / k**0.5).to(torch.bfloat16)
+        compiled = torch.compile(qkv.qkv_projection_eager, dynamic=False)
+        compiled(x, w, kv)
+        versions = {"eager": qkv.qkv_projection_eager, "cuBLAS concatenated": qkv.qkv_projection_concat,
+                    "torch.compile": compiled, "triton": qkv.qkv_projection}
+        # CUDA-graph replays, as decode runs in inference engines: the host's launch cost stays out.
+        times = {key: bench_ms(cuda_graph(lambda: f(x, w, kv))) for key, f in versions.items()}
+        n_bytes, flops = qkv.qkv_projection_bytes(x, w), qkv.qkv_projection_flops(x, w)
+        ms = times["triton"]
+        rows.append({
+            "kernel": "qkv_projection", "shape": f"{model} M={m} K={k} N={n_q}+2x{kv} bf16",
+            "bytes": n_bytes, "flops": flops, "ms": {key: round(v, 4) for key, v in times.items()},
+            "GBps": round(n_bytes / (ms * 1e-3) / 1e9, 1), "TFLOPs": round(flops / (ms * 1e-3) / 1e12, 1),
+            "fraction_of_copy": round(n_bytes / (ms * 1e-3) / 1e9 / prof.copy_gbps, 3),
+            "fraction_of_matmul": round(flops / (ms * 1e-3) / 1e12 / prof.matmul_tflops["bf16"], 3),
+            "speedup_vs_eager": round(times["eager"] / ms, 2),
+            "speedup_vs_compile": round(times["torch.compile"] / ms, 3),
+        })
+    return rows
+
+
+def qkv_markdown(result_rows) -> list[str]:
+    lines = ["", "GEMMs (median microseconds of CUDA-graph replays; eager = one GEMM per projection):", "",
+             "| kernel | shape | eager us | one cuBLAS GEMM us | torch.compile us | Triton us | Triton GB/s (/ copy) "
+             "| Triton TFLOP/s (/ matmul) | vs eager | vs compile |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result_rows:
+        us = {k: v * 1e3 for k, v in r["ms"].items()}
+        lines.append(
+            f"| {r['kernel']} | {r['shape']} | {us['eager']:.1f} | {us['cuBLAS concatenated']:.1f} | "
+            f"{us['torch.compile']:.1f} | {us['triton']:.1f} | {r['GBps']:.0f} ({r['fraction_of_copy']:.2f}) | "
+            f"{r['TFLOPs']:.0f} ({r['fraction_of_matmul']:.2f}) | {r['speedup_vs_eager']:.2f}x | "
+            f"{r['speedup_vs_compile']:.2f}x |"
+        )
+    return lines
 
 
 def _settings_label(cfg: dict) -> str:
@@ -258,7 +290,7 @@ def _report(result) -> str:
 
 
 def main(argv=None) -> int:
-    return part_main(argv, __doc__, "bench_gemm", _rows_and_goals, sweep, _report)
+    return part_main(argv, __doc__, "gemm", _rows_and_goals, sweep, _report)
 
 
 if __name__ == "__main__":

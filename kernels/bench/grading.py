@@ -13,10 +13,8 @@ wall seconds per notebook and where they went (the notebook's cells, each exerci
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import re
 import sys
 import time
@@ -24,8 +22,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = Path(__file__).resolve().parent / "results" / "grading"
+RESULTS = RESULTS / "grading"
 MODES = {"full": "0", "grading": "1"}
 GOAL_S = 60.0  # seconds per notebook on an H100, in grading mode
 
@@ -116,21 +116,13 @@ def main(argv=None) -> int:
     paths = notebooks(args.notebooks)
     if not paths:
         parser.error(f"no solution notebook matches {args.notebooks}")
-    import torch
-    import triton
-
-    from autograder import runtime
-    from autograder.measure import device
-    from kernels.bench import slug
-
-    if not runtime.has_gpu():
-        print("kernels.bench.grading times grading on a GPU; here there is none.", file=sys.stderr)
+    if not needs_gpu("grading"):
         return 2
+    from autograder.measure import device
+
     prof = device.profile()
     partial = bool(args.notebooks) or set(modes) != set(MODES)
-    result = {"date": dt.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
-              "triton": triton.__version__, "device": {"name": prof.name}, "partial": partial, "rows": []}
-    args.out.mkdir(parents=True, exist_ok=True)
+    result = {**record(prof), "partial": partial, "rows": []}
     stem = args.out / f"grading-{slug(prof.name)}{'-partial' if partial else ''}"
     todo = [(p, m) for p in paths for m in modes]
     for path, mode in tqdm(todo, desc="grading notebooks"):
@@ -140,7 +132,7 @@ def main(argv=None) -> int:
               f"{row['grading_s']:.1f}; {json.dumps(row['grades'])}; slowest cells {row['slowest_cells']}) "
               f"passed={row['passed']}", flush=True)
         # Saved after every notebook: a run stopped part way keeps what it measured.
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        save(result, stem.with_suffix(".json"))
         stem.with_suffix(".md").write_text(markdown(result))
     rows = result["rows"]
     print(markdown(result))

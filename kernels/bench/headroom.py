@@ -5,25 +5,25 @@ or naive version of the exercise fails it: the grader's own performance criterio
 
 A solution should pass every round with at least HEADROOM of margin on both of its bars (its fraction of the
 measured peak over the threshold, and its speed-up over eager PyTorch over the minimum); each naive version
-should fail every round. Saves kernels/bench/results/headroom/headroom-<gpu>.{json,md} (device, versions, date; -partial with --only), which
-`python -m kernels.bench --readme` quotes in the README.
+should fail every round. Saves kernels/bench/results/headroom/headroom-<gpu>.{json,md} (device, versions, date;
+-partial with --only); `python -m kernels.bench.report` puts the merged tables in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import importlib
 import json
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-RESULTS = Path(__file__).resolve().parent / "results" / "headroom"
+from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+
+RESULTS = RESULTS / "headroom"
 HEADROOM = 1.25
 
 
@@ -215,11 +215,8 @@ def merge(paths: list[Path], out: Path) -> dict:
               "rounds": max(part["rounds"] for part in parts),
               "naive_rounds": min(part.get("naive_rounds", part["rounds"]) for part in parts),
               "rows": sorted(rows.values(), key=lambda r: (order[r["exercise"]], r["role"] != "solution"))}
-    out.mkdir(parents=True, exist_ok=True)
-    from kernels.bench import slug
-
     stem = out / f"headroom-{slug(merged['device']['name'])}"
-    stem.with_suffix(".json").write_text(json.dumps(merged, indent=1) + "\n")
+    save(merged, stem.with_suffix(".json"))
     stem.with_suffix(".md").write_text(markdown(merged))
     print(markdown(merged))
     print(f"saved {stem}.json, .md")
@@ -255,18 +252,12 @@ def main(argv=None) -> int:
             shapes[ex_id] = tuple(int(d) for d in dims.split(","))
         except ValueError:
             parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
-    import torch
-    import triton
-
-    from autograder import config, runtime
-    from autograder.measure import device
-    from autograder import specs as registry
-    from kernels.bench import slug
-
-    if not runtime.has_gpu():
-        print("kernels.bench.headroom needs a CUDA GPU: the performance criterion is not measured without one.",
-              file=sys.stderr)
+    if not needs_gpu("headroom"):
         return 2
+    from autograder import config
+    from autograder import specs as registry
+    from autograder.measure import device
+
     prof = device.profile()
     cfg = config.load()
     unknown = sorted(set(shapes) - {ex.id for ex in registry.all_exercises()})
@@ -277,12 +268,10 @@ def main(argv=None) -> int:
     min_speedups = {ex.id: cfg.bar(ex, "min_speedup_over_eager", 1.0) for ex in registry.all_exercises()}
     for row in rows:
         row["summary"] = summarise(row, min_speedups)
-    result = {"date": dt.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
-              "triton": triton.__version__, "device": dataclasses.asdict(prof), "rounds": args.rounds,
-              "naive_rounds": args.naive_rounds, "only": args.only or [], "shapes": shapes, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
+    result = {**record(prof), "rounds": args.rounds, "naive_rounds": args.naive_rounds, "only": args.only or [],
+              "shapes": shapes, "rows": rows}
     stem = args.out / f"headroom-{slug(prof.name)}{'-partial' if args.only or shapes else ''}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    save(result, stem.with_suffix(".json"))
     stem.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
     print(f"saved {stem}.json, .md")

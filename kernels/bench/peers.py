@@ -11,14 +11,12 @@ peer" is the best peer's time over the course kernel's: above 1, the course is f
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime as dt
-import json
-import platform
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "peers"
+from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+
+RESULTS = RESULTS / "peers"
 COURSE = "course"
 ROUNDS = 5  # rounds of turns per op (autograder.measure.timing.bench_interleaved)
 
@@ -268,24 +266,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
     args = parser.parse_args(argv)
-    import torch
-    import triton
-
-    import kernels  # noqa: F401  (device set-up)
-    from autograder import runtime
-    from autograder.measure import device
-    from kernels.bench.suite import slug
-
-    if not runtime.has_gpu():
-        print("kernels.bench.peers needs a CUDA GPU: speed means nothing in Triton's interpreter.", file=sys.stderr)
+    if not needs_gpu("peers"):
         return 2
+    from autograder.measure import device
+
     prof = device.profile()
-    result = {"date": dt.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
-              "triton": triton.__version__, "device": dataclasses.asdict(prof),
-              "rows": rows(prof, lambda m: print(f"[peers] {m}", flush=True))}
-    args.out.mkdir(parents=True, exist_ok=True)
+    result = {**record(prof), "rows": rows(prof, lambda m: print(f"[peers] {m}", flush=True))}
     stem = args.out / f"peers-{slug(prof.name)}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    save(result, stem.with_suffix(".json"))
     text = (f"### Peers: {prof.name} ({result['date']}, torch {result['torch']}, triton {result['triton']})\n"
             + "\n".join(markdown(result["rows"])) + "\n")
     stem.with_suffix(".md").write_text(text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from kernels.bench.part import part_main
+from kernels.bench.common import part_main
 
 # The goals these rows are measured against: softmax at least 0.85 of copy bandwidth, FlashAttention forward
 # (not causal) at least 0.80 of SDPA's speed, linear cross-entropy in at most 1.1x torch.compile's time with at
@@ -136,29 +136,6 @@ def markdown(result_rows) -> list[str]:
     return lines
 
 
-def plot_panel(ax, result_rows) -> None:
-    """Each version's time over the library's (softmax: torch.softmax, attention: SDPA, cross-entropy:
-    torch.compile), one group of bars per row."""
-    import numpy as np
-
-    baseline = {"softmax": "torch.softmax", "flash_attention": "SDPA", "linear_cross_entropy": "torch.compile"}
-    pos = np.arange(len(result_rows))
-    for i, key in enumerate(("eager or naive", "triton portable", "triton")):
-        vals = []
-        for r in result_rows:
-            ms = r["ms"]
-            k = ("naive" if "naive" in ms else "eager") if key == "eager or naive" else key
-            vals.append(ms[k] / ms[baseline[r["kernel"]]] if k in ms else np.nan)
-        ax.barh(pos + (i - 1) * 0.27, vals, height=0.27, label=key)
-    ax.axvline(1.0, color="k", ls=":", lw=1)
-    ax.set_xscale("log")
-    ax.set_yticks(pos, [f"{r['kernel']} (vs {baseline[r['kernel']]})\n{r['shape']}" for r in result_rows], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("time / the library's time (log scale)")
-    ax.set_title("streaming reductions (notebook 05)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-
-
 def sweep(progress):
     """Tile settings of the attention and cross-entropy kernels (portable and TMA), timed in turns against
     their baselines."""
@@ -232,7 +209,7 @@ def _report(result) -> str:
 
 
 def main(argv=None) -> int:
-    return part_main(argv, __doc__, "bench_streaming", rows, sweep, _report)
+    return part_main(argv, __doc__, "streaming", rows, sweep, _report)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python -m kernels.bench            # measure, print the table, save kernels/bench/results/<gpu>.{json,md,png}
     python -m kernels.bench --sweep    # also time block-size variants of the reference kernels
+    python -m kernels.bench.report     # then: docs/benchmarks.md from every committed run (no GPU needed)
 
 Peaks are measured in the same run (autograder.measure.device.measure). Effective bandwidth is always the op's
 minimal bytes over the median time, so an unfused version shows as a smaller fraction of the copy peak.
@@ -10,23 +11,17 @@ minimal bytes over the median time, so an unfused version shows as a smaller fra
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime as dt
-import json
-import platform
-import re
 import sys
 from pathlib import Path
 
-import kernels  # noqa: F401  (device set-up)
-from autograder import runtime
 from kernels.bench import compiler as bench_compiler
 from kernels.bench import gemm as bench_gemm
 from kernels.bench import peers as bench_peers
+from kernels.bench import plots
 from kernels.bench import streaming as bench_streaming
 from kernels.bench import training as bench_training
+from kernels.bench.common import RESULTS, STANDARD, needs_gpu, record, save, slug
 
-RESULTS = Path(__file__).resolve().parent / "results"
 GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it must be no slower than)
     "fused_chain": (0.95, "torch.compile"),
     "rmsnorm": (0.90, "torch.compile"),
@@ -35,7 +30,6 @@ GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it m
     "row_sum_sumsq": (0.85, "torch.compile"),
     "multi_tensor_adamw": (0.80, "torch fused=True"),
 }
-STANDARD = ("eager", "torch.compile", "triton")  # every row has these; others are listed by name
 
 
 def _rows_fused_chain(prof):
@@ -169,40 +163,6 @@ def _rows_horizontal(prof, progress):
     return rows
 
 
-def _gemm_rows(prof, progress):
-    """Fused QKV projections at decode and prefill: three cuBLAS GEMMs, one over the concatenated weight,
-    torch.compile of the three, and the Triton kernel."""
-    import torch
-
-    from autograder.measure.timing import bench_ms, cuda_graph
-    from kernels import qkv_projection as qkv
-
-    rows = []
-    for model, (k, n_q, kv), m in (("8B-class", (4096, 4096, 1024), 16), ("8B-class", (4096, 4096, 1024), 8192),
-                                   ("70B-class", (8192, 8192, 1024), 16)):
-        progress(f"qkv_projection {model} M={m}")
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = (torch.randn(n_q + 2 * kv, k, device="cuda") / k**0.5).to(torch.bfloat16)
-        compiled = torch.compile(qkv.qkv_projection_eager, dynamic=False)
-        compiled(x, w, kv)
-        versions = {"eager": qkv.qkv_projection_eager, "cuBLAS concatenated": qkv.qkv_projection_concat,
-                    "torch.compile": compiled, "triton": qkv.qkv_projection}
-        # CUDA-graph replays, as decode runs in inference engines: the host's launch cost stays out.
-        times = {key: bench_ms(cuda_graph(lambda: f(x, w, kv))) for key, f in versions.items()}
-        n_bytes, flops = qkv.qkv_projection_bytes(x, w), qkv.qkv_projection_flops(x, w)
-        ms = times["triton"]
-        rows.append({
-            "kernel": "qkv_projection", "shape": f"{model} M={m} K={k} N={n_q}+2x{kv} bf16",
-            "bytes": n_bytes, "flops": flops, "ms": {key: round(v, 4) for key, v in times.items()},
-            "GBps": round(n_bytes / (ms * 1e-3) / 1e9, 1), "TFLOPs": round(flops / (ms * 1e-3) / 1e12, 1),
-            "fraction_of_copy": round(n_bytes / (ms * 1e-3) / 1e9 / prof.copy_gbps, 3),
-            "fraction_of_matmul": round(flops / (ms * 1e-3) / 1e12 / prof.matmul_tflops["bf16"], 3),
-            "speedup_vs_eager": round(times["eager"] / ms, 2),
-            "speedup_vs_compile": round(times["torch.compile"] / ms, 3),
-        })
-    return rows
-
-
 def _row(kernel, shape, n_bytes, times, prof):
     gbps = {k: n_bytes / (ms * 1e-3) / 1e9 for k, ms in times.items()}
     return {
@@ -331,22 +291,7 @@ def markdown(result: dict) -> str:
             f"{r['speedup_vs_compile']:.2f}x |"
         )
     if result.get("gemm_rows"):
-        lines += [
-            "",
-            "GEMMs (median microseconds of CUDA-graph replays; eager = one GEMM per projection):",
-            "",
-            "| kernel | shape | eager us | one cuBLAS GEMM us | torch.compile us | Triton us | Triton GB/s (/ copy) "
-            "| Triton TFLOP/s (/ matmul) | vs eager | vs compile |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for r in result["gemm_rows"]:
-            us = {k: v * 1e3 for k, v in r["ms"].items()}
-            lines.append(
-                f"| {r['kernel']} | {r['shape']} | {us['eager']:.1f} | {us['cuBLAS concatenated']:.1f} | "
-                f"{us['torch.compile']:.1f} | {us['triton']:.1f} | {r['GBps']:.0f} ({r['fraction_of_copy']:.2f}) | "
-                f"{r['TFLOPs']:.0f} ({r['fraction_of_matmul']:.2f}) | {r['speedup_vs_eager']:.2f}x | "
-                f"{r['speedup_vs_compile']:.2f}x |"
-            )
+        lines += bench_gemm.qkv_markdown(result["gemm_rows"])
     if result.get("epilogue_rows"):
         lines += bench_gemm.markdown(result["epilogue_rows"])
     if result.get("streaming_rows"):
@@ -360,77 +305,13 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rows = [r for r in result["rows"] if r["kernel"].startswith("op_chain")]
-    n = [int(r["kernel"].split("=")[1]) for r in rows]
-    extra = [(panel, result[key]) for key, panel in (("epilogue_rows", bench_gemm.plot_panel),
-                                                     ("streaming_rows", bench_streaming.plot_panel)) if result.get(key)]
-    fig, axes = plt.subplots(1, 2 + len(extra), figsize=(13 + 7 * len(extra), 4.5),
-                             gridspec_kw={"width_ratios": [2, 3] + [3] * len(extra)})
-    ax, bx = axes[:2]
-    for panel_ax, (panel, panel_rows) in zip(axes[2:], extra):
-        panel(panel_ax, panel_rows)
-    for key, style in (("eager", "o-"), ("torch.compile", "s-"), ("triton", "^-")):
-        ax.plot(n, [r["ms"][key] for r in rows], style, label=key)
-    ax.set_xlabel("ops in the chain")
-    ax.set_ylabel("median ms (2^26 fp32)")
-    ax.set_title("elementwise chains")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    others = [r for r in result["rows"] if not r["kernel"].startswith("op_chain")]
-    copy = result["device"]["copy_gbps"]
-    pos = np.arange(len(others))
-    for i, key in enumerate(STANDARD):
-        bx.barh(pos + (i - 1) * 0.27, [r["GBps"][key] / copy for r in others], height=0.27, label=key)
-    bx.set_yticks(pos, [r["kernel"] for r in others])
-    bx.invert_yaxis()
-    bx.axvline(1.0, color="k", ls=":", lw=1)
-    bx.set_xlabel("fraction of measured copy bandwidth (minimal bytes / time)")
-    bx.set_title("memory-bound kernels")
-    bx.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    fig.suptitle(f"{result['device']['name']}, torch {result['device']['torch_version']}, "
-                 f"triton {result['device']['triton_version']}, {result['date']}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-README = RESULTS.parent.parent / "README.md"
-BEGIN, END = "<!-- benchmark:begin (python -m kernels.bench --readme) -->", "<!-- benchmark:end -->"
-
-
-def readme_with_results(text: str) -> str:
-    """The README with its benchmark section replaced by every committed results table."""
-    tables = [p.read_text().strip() for p in sorted(RESULTS.glob("*.md")) + sorted(RESULTS.glob("headroom/*.md"))]
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"README.md has no benchmark section ({BEGIN} ... {END})")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + BEGIN + "\n" + "\n\n".join(tables) + "\n" + END + tail
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", action="store_true", help="also time block-size variants")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results (default kernels/bench/results)")
-    parser.add_argument("--readme", action="store_true",
-                        help="copy the committed results into README.md (no GPU needed) and stop")
+    parser.add_argument("--out", type=Path, default=RESULTS,
+                        help="folder for the results (default kernels/bench/results)")
     args = parser.parse_args(argv)
-    if args.readme:
-        README.write_text(readme_with_results(README.read_text()))
-        print(f"updated {README}")
-        return 0
-    if not runtime.has_gpu():
-        print("kernels.bench needs a CUDA GPU: speed means nothing in Triton's interpreter.", file=sys.stderr)
+    if not needs_gpu("suite"):
         return 2
     from autograder.measure import device
 
@@ -444,11 +325,9 @@ def main(argv=None) -> int:
     rows = (_rows_fused_chain(prof) + _rows_op_chain(prof, progress) + _rows_norms(prof, progress)
             + _rows_horizontal(prof, progress))
     result = {
-        "date": dt.date.today().isoformat(),
-        "python": platform.python_version(),
-        "device": dataclasses.asdict(prof),
+        **record(prof),
         "rows": rows,
-        "gemm_rows": _gemm_rows(prof, progress),
+        "gemm_rows": bench_gemm.qkv_rows(prof, progress),
         "epilogue_rows": bench_gemm.rows(prof, progress),
         "streaming_rows": bench_streaming.rows(prof, progress),
         "training_rows": bench_training.rows(prof, progress),
@@ -467,11 +346,10 @@ def main(argv=None) -> int:
     result["goals"].update(bench_compiler.goals(result["compiler_rows"]))
     if args.sweep:
         result["sweep"] = [{"kernel": k, "config": c, "GBps": round(g, 1)} for k, c, g in sweep(progress)]
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / slug(prof.name)
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+    save(result, stem.with_suffix(".json"))
     stem.with_suffix(".md").write_text(markdown(result))
-    plot(result, stem.with_suffix(".png"))
+    plots.figures(stem.with_suffix(".json"))
     print(markdown(result))
     for k, g in result["goals"].items():
         copy = f">= {g['min_fraction_of_copy']} of copy and " if "min_fraction_of_copy" in g else ""
@@ -481,7 +359,7 @@ def main(argv=None) -> int:
         print(f"goal {k}: {want}: {'MET' if g['met'] else 'NOT MET'}")
     for s in result.get("sweep", []):
         print(f"sweep {s['kernel']:<14} {s['config']:<34} {s['GBps']:8.0f} GB/s")
-    print(f"saved {stem}.json, .md, .png")
+    print(f"saved {stem}.json, .md, .png (python -m kernels.bench.report puts it in docs/benchmarks.md)")
     return 0
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from kernels.bench.part import part_main
+from kernels.bench import capstone as bench_capstone
+from kernels.bench.common import part_main
+from kernels.bench.streaming import peak_extra_gib
 
 # The goals: the attention backward at least 0.8 of SDPA's backward, causal and not (issue: the reference kernels
 # against cuDNN's on Hopper); the cross-entropy's forward and backward no slower than torch.compile's with at most
@@ -36,7 +38,6 @@ def _attention_rows(progress):
     from autograder.measure.timing import bench_interleaved
     from kernels.flash_attention import flash_attention_tma
     from kernels.flash_attention_backward import flash_attention_backward
-    from kernels.bench.streaming import peak_extra_gib
 
     out = []
     for shape in ATTENTION_SHAPES:
@@ -82,7 +83,6 @@ def _ce_row(progress):
         linear_cross_entropy_backward_flops,
     )
     from autograder.measure.timing import bench_interleaved
-    from kernels.bench.streaming import peak_extra_gib
     from kernels.linear_cross_entropy_backward import (
         linear_cross_entropy_forward_backward,
         linear_cross_entropy_forward_backward_cublas,
@@ -124,14 +124,10 @@ def _ce_row(progress):
 
 
 def rows(prof, progress):
-    from kernels.bench import capstone as bench_capstone
-
     return _attention_rows(progress) + [_ce_row(progress)] + bench_capstone.rows(prof, progress)
 
 
 def goals(result_rows) -> dict:
-    from kernels.bench import capstone as bench_capstone
-
     met = bench_capstone.goals(result_rows)
     attention = [r for r in result_rows if r["kernel"] == "flash_attention_backward"]
     if attention:
@@ -167,8 +163,6 @@ def markdown(result_rows) -> list[str]:
             lines.append(f"| linear cross-entropy, forward and backward | {r['shape']} | " + " | ".join(
                 f"{r['ms'][k]:.1f} ms, +{r['extra_GiB'][k]:.2f} GiB" for k in r["ms"]) + " |")
             lines += [f"{name}: {why}" for name, why in r["missing"].items()]
-    from kernels.bench import capstone as bench_capstone
-
     return lines + bench_capstone.markdown(result_rows)
 
 
@@ -223,7 +217,7 @@ def _report(result) -> str:
 
 
 def main(argv=None) -> int:
-    return part_main(argv, __doc__, "bench_training", rows, sweep, _report)
+    return part_main(argv, __doc__, "training", rows, sweep, _report)
 
 
 if __name__ == "__main__":
