@@ -80,10 +80,12 @@ course: $(STAMP)
 handout: $(STAMP)
 	$(BIN)/python -m autograder.publish.handout
 
-# The benchmark's peer column needs Liger-Kernel (the optional `bench` extra), installed pinned here.
+# The benchmark's peer column needs Liger-Kernel (the optional `bench` extra), installed pinned here. The run is
+# saved in kernels/bench/results/; docs/benchmarks.md is then written from every committed run.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --progress-bar off -c constraints.txt -e '.[bench]'
 	$(BIN)/python -m kernels.bench
+	$(BIN)/python -m kernels.bench.report
 
 device: $(STAMP)
 	$(BIN)/python -m autograder device
