@@ -20,7 +20,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test corpus course handout bench device check grade clean browser screenshots
+.PHONY: lab test corpus course handout bench device check grade clean browser screenshots docs
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -32,7 +32,7 @@ else
 	cp constraints.txt $(VENV)/constraints.txt
 endif
 	@echo "==> installing pinned packages (about a minute)"
-	$(BIN)/python -m pip install --quiet --progress-bar off -c $(VENV)/constraints.txt -e '.[course,test]'
+	$(BIN)/python -m pip install --quiet --progress-bar off -c $(VENV)/constraints.txt -e '.[course,test,docs]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL_NAME) --display-name "Python 3 (fusion course)"
 	# A student's JupyterLab shows nbgrader's Validate button, not the instructor's menus and panels (an
 	# instructor grades from the command line; `jupyter labextension enable` brings them back).
@@ -101,6 +101,11 @@ screenshots: $(STAMP) browser
 
 check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb
+
+# The documentation site (mkdocs.yml): docs/ and the release notebooks of course/, rendered without running
+# them (docs/hooks.py), into build/site. Strict: a broken link or a missing image fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .pytest_cache gradebook.db dist
