@@ -1,0 +1,139 @@
+"""The documentation: the site builds strictly, every page is reachable, the README is a short landing page whose
+links resolve, and no hand-written page quotes a measured speed (those live on the generated benchmarks page)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+# Pages made by a program from committed data, not written by hand. docs/hooks.py stands in a placeholder for
+# the benchmarks page where it has not been generated yet, so a link to it is never broken in the site.
+GENERATED = {"docs/benchmarks.md"}
+
+README_MAX_LINES = 200
+
+# A measured speed: a number next to a rate's unit, a ratio against another version ("1.55x eager"), a fraction
+# of a peak or of a peer ("0.97 of copy"), or a time in milliseconds or microseconds. Sizes, counts and versions
+# ("2 cores", "a 1 GiB copy", "triton 3.6") are not speeds.
+_NUM = r"\d[\d,]*(?:\.\d+)?"
+_UNITS = r"(?:[GT]B/s|[GT]FLOP/s|[GT]FLOPS|k?\s?tokens/s)"
+SPEED_FIGURES = {
+    "a rate": re.compile(rf"{_NUM}\s*{_UNITS}"),
+    "a rate after its unit": re.compile(rf"{_UNITS}\s*(?:of|:|=|,)?\s*{_NUM}"),
+    "a ratio against another version": re.compile(
+        r"\b\d+\.\d+\s*x\b|\b\d+\s*x\s+`?(?:eager|torch\.compile|cuBLAS|SDPA|Liger|faster|slower|the time)"
+    ),
+    "a fraction of a peak or of a peer": re.compile(
+        r"\b\d*\.\d+(?:\s*(?:to|-|–)\s*\d*\.\d+)?\s+of\s+`?"
+        r"(?:copy|peak|the (?:copy|matmul|peak)|SDPA|cuBLAS|torch\.compile|eager|Liger|its speed)"
+    ),
+    "a time": re.compile(rf"\b{_NUM}\s*(?:ms|us|µs)\b"),
+}
+
+
+def speed_figures(text: str) -> list[str]:
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for kind, pattern in SPEED_FIGURES.items():
+            found += [f"line {number}: {m.group(0)!r} ({kind})" for m in pattern.finditer(line)]
+    return found
+
+
+def _hand_written(root):
+    pages = [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    return [p for p in pages if p.relative_to(root).as_posix() not in GENERATED]
+
+
+def _nav_targets(nav) -> list[str]:
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [t for item in nav for t in _nav_targets(item)]
+    if isinstance(nav, dict):
+        return [t for value in nav.values() for t in _nav_targets(value)]
+    return []
+
+
+@pytest.fixture
+def config(root):
+    return yaml.safe_load((root / "mkdocs.yml").read_text())
+
+
+@pytest.mark.slow
+def test_site_builds_strictly(root, tmp_path):
+    # --strict: a broken link, a missing image or a page left out of the nav fails the build. The notebooks are
+    # rendered as they are, not run (mkdocs-jupyter's execute is off).
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    site = tmp_path / "site"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(root / "mkdocs.yml"),
+         "--site-dir", str(site)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (site / "index.html").is_file() and (site / "benchmarks" / "index.html").is_file()
+    for nb in sorted(root.glob("course/[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
+        page = site / nb.relative_to(root).with_suffix("") / "index.html"
+        assert page.is_file(), f"{nb.relative_to(root)} has no page in the site"
+    assert not (site / "hooks.py").exists()
+
+
+def test_every_page_is_in_the_nav(root, config):
+    targets = set(_nav_targets(config["nav"]))
+    pages = {p.relative_to(root / "docs").as_posix() for p in (root / "docs").glob("*.md")}
+    pages |= {g.removeprefix("docs/") for g in GENERATED}
+    assert pages <= targets, f"pages missing from mkdocs.yml's nav: {sorted(pages - targets)}"
+    notebooks = {p.relative_to(root).as_posix() for p in root.glob("course/[0-9][0-9]_*/[0-9][0-9]_*.ipynb")}
+    assert len(notebooks) == 7 and notebooks <= targets, f"notebooks missing from the nav: {notebooks - targets}"
+
+
+def test_site_goes_to_an_ignored_folder(root, config):
+    assert config["docs_dir"] == "docs" and config["site_dir"] == "build/site"
+    assert "build/" in (root / ".gitignore").read_text().split()
+
+
+def test_readme_is_a_short_landing_page(root):
+    lines = (root / "README.md").read_text().splitlines()
+    assert len(lines) < README_MAX_LINES, f"README.md has {len(lines)} lines: move detail into docs/"
+
+
+def test_readme_links_resolve(root):
+    text = (root / "README.md").read_text()
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    missing = []
+    for link in links:
+        if re.match(r"[a-z]+:", link) or link.startswith("#"):
+            continue
+        path = link.split("#", 1)[0]
+        if path not in GENERATED and not (root / path).exists():
+            missing.append(link)
+    assert not missing, f"README links to files that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/*.md"])
+def test_hand_written_pages_quote_no_measured_speed(root, page):
+    # Measured figures go stale with every kernel change and differ by GPU; they are quoted on docs/benchmarks.md,
+    # which is generated from kernels/bench/results/ and so cannot disagree with them.
+    pages = [p for p in _hand_written(root) if p.match(page)]
+    assert pages
+    found = {p.relative_to(root).as_posix(): speed_figures(p.read_text()) for p in pages}
+    found = {k: v for k, v in found.items() if v}
+    assert not found, f"measured speeds in hand-written pages (link docs/benchmarks.md instead): {found}"
+
+
+@pytest.mark.parametrize("text", ["0.97 of copy", "1.55x eager", "479 TFLOP/s", "3000 GB/s", "GB/s: 4085",
+                                  "860 k tokens/s", "17.3 ms", "0.67-0.72 of SDPA's backward", "4x `torch.compile`"])
+def test_speed_figures_are_recognised(text):
+    assert speed_figures(f"It reached {text} on an H100.")
+
+
+@pytest.mark.parametrize("text", ["2 cores", "4 warps and 3 stages", "the 25-minute budget", "a 1 GiB copy",
+                                  "a 16 GiB cap", "an N × N matrix", "compute capability 8.0", "triton 3.6 to 3.9",
+                                  "GB/s from a one-line formula", "about 6e-8 for float32", "20 seconds",
+                                  "4·eps·√K", "M = 8192 x 4096"])
+def test_prose_is_not_taken_for_a_speed(text):
+    assert not speed_figures(f"It uses {text} here.")
