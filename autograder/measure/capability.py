@@ -2,7 +2,7 @@
 performance criterion times, whether Hopper's copy engine (TMA) is there, and whether Triton's matrix products
 reach the tensor cores at all.
 
-The facts it rests on (see the README's compatibility table):
+The facts it rests on (see the compatibility table in docs/hardware.md):
 - bfloat16 is native (tensor cores and arithmetic) from compute capability 8.0 (Ampere); a Turing card (7.5)
   emulates it, so it is neither graded nor timed there: float16 takes its place.
 - Since Triton 3.3, `tl.dot` below compute capability 8.0 compiles to FMA instructions, not tensor cores: a
