@@ -127,16 +127,17 @@ _LEVELS = [  # name, style, box width, capacity lines, bandwidth lines
 ]
 
 
-def _hierarchy(title: str, hbm_note: str | None = None, compute_note: str | None = None, note_color=INK):
+def _hierarchy(title: str, hbm_note: str | None = None, compute_note: str | None = None, note_color=INK,
+               subtitle: str = "an H100-class GPU; sizes and speeds are orders of magnitude", sms: str = "132 SMs"):
     fig, ax = _canvas(10, 7.2, title)
-    _text(ax, 0.25, 6.62, "an H100-class GPU; sizes and speeds are orders of magnitude", size=FONT - 0.5,
+    _text(ax, 0.25, 6.62, subtitle, size=FONT - 0.5,
           color="#555555", italic=True)
     cx = 2.15
     _text(ax, 4.35, 6.2, "capacity", bold=True)
     _text(ax, 6.45, 6.2, "bandwidth, latency", bold=True)
     # compute on top
     _box(ax, cx - 1.0, 5.25, 2.0, 0.62, "Compute\ntensor cores, ALUs", COMPUTE, bold=False)
-    _text(ax, 4.35, 5.56, "132 SMs", color=COMPUTE["text"])
+    _text(ax, 4.35, 5.56, sms, color=COMPUTE["text"])
     _text(ax, 6.45, 5.56, compute_note or "~1,000 TFLOP/s dense bf16\n(matmul on tensor cores)",
           color=note_color if compute_note else COMPUTE["text"])
     ys = [4.25, 3.2, 2.15, 0.95]
@@ -181,7 +182,9 @@ def memory_hierarchy_measured(profile) -> Figure:
             mm = ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()) or "not measured"
             return _hierarchy(f"Memory hierarchy of {profile.name}",
                               hbm_note=f"measured copy:\n{profile.copy_gbps:,.0f} GB/s (read + write)",
-                              compute_note=f"measured matmul, TFLOP/s:\n{mm}", note_color="#b00020")
+                              compute_note=f"measured matmul, TFLOP/s:\n{mm}", note_color="#b00020",
+                              subtitle="red: measured on this device; the rest: H100-class orders of magnitude",
+                              sms=f"{profile.sm_count} SMs" if getattr(profile, "sm_count", None) else "132 SMs (H100)")
         return _hierarchy("The GPU memory hierarchy (schematic)", hbm_note="not measured: no GPU\n(~3.4 TB/s on H100)",
                           compute_note="not measured: no GPU\n(~1,000 TFLOP/s bf16 on H100)", note_color="#666666")
 
