@@ -13,7 +13,9 @@ from autograder import runtime
 from autograder import specs as registry
 from autograder.specs.horizontal_fusion import qkv_projection_eager
 from autograder.specs.horizontal_fusion import row_sum_sumsq_eager
-from autograder.criteria.kernel import _as_tuple, _compare, _inputs, _rel_err, precision_bound, tolerance
+from autograder.criteria.cases import case_inputs as _inputs
+from autograder.criteria.outputs import as_tuple as _as_tuple, compare as _compare, relative_error as _rel_err, tolerance
+from autograder.criteria.precision import precision_bound
 
 
 def _rms_norm(x, weight, eps):

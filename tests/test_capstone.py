@@ -88,7 +88,9 @@ def test_the_grader_names_a_malformed_or_unfused_loss(fn, message):
 
 SEALED_EAGER_RUNS = """
 import autograder
-from autograder import check, grade_training, integrity
+from autograder import check
+from autograder.criteria import training as grade_training
+from autograder.guard import integrity
 from autograder.specs.decoder import decoder_loss_eager as decoder_loss  # quick in the interpreter
 
 integrity.protect()

@@ -7,6 +7,7 @@ import triton.language as tl
 
 from autograder import check
 from kernels.fused_chain import fused_chain
+from autograder.criteria.cases import case_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -85,7 +86,6 @@ def test_notebook_02_references_pass_every_criterion_on_gpu(exercise, module, na
 def test_benchmark_inputs_are_drawn_on_the_gpu_like_the_cpu_ones():
     """The performance and memory criteria draw their large inputs with a CUDA generator (seconds saved per
     check): every input maker must run that way, giving what the CPU way gives in shape, dtype and layout."""
-    from autograder.criteria import kernel as gk
     from autograder import specs as registry
     from autograder.specs.exercise import KernelExercise
 
@@ -96,7 +96,7 @@ def test_benchmark_inputs_are_drawn_on_the_gpu_like_the_cpu_ones():
         gen = torch.Generator(device="cuda").manual_seed(1)
         with torch.device("cuda"):
             on_gpu = ex.make_inputs(small, ex.perf_dtype, "cuda", gen)  # raises where the fallback would be taken
-        on_cpu = gk._inputs(ex, small, ex.perf_dtype, 1, device="cuda")
+        on_cpu = case_inputs(ex, small, ex.perf_dtype, 1, device="cuda")
         assert on_gpu.keys() == on_cpu.keys(), ex.id
         for name, a in on_gpu.items():
             b = on_cpu[name]

@@ -107,11 +107,11 @@ def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):
     """A private, empty matplotlib folder made every student's first plot scan the machine's fonts again."""
     import matplotlib
 
-    from autograder.classroom import grade_class as gc
+    from autograder.classroom import process as gc
 
     grading = tmp_path / "grading.toml"
     grading.write_text("")
-    env = gc._child_env(tmp_path, grading)
+    env = gc.child_env(tmp_path, grading)
     private = env["MPLCONFIGDIR"]
     assert private.startswith(str(tmp_path))
     ours = sorted(p.name for p in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))

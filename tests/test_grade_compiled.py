@@ -9,12 +9,13 @@ from autograder import check, runtime
 from autograder import specs as registry
 from autograder.config import load
 from autograder.criteria.compiled import _compile_error
-from autograder.criteria.kernel import _as_tuple, _compare, _inputs, tolerance
 from autograder.specs.compiler_fusion import fake_quant_broken
 from kernels.fake_quant import fake_quant
 from kernels.rmsnorm import rmsnorm
 from kernels.rmsnorm_op import rmsnorm_op
 from kernels.row_argmax_tuned import row_argmax
+from autograder.criteria.cases import case_inputs as _inputs
+from autograder.criteria.outputs import as_tuple as _as_tuple, compare as _compare, tolerance
 
 
 def _status(report, criterion):

@@ -9,10 +9,10 @@ from autograder import runtime
 from autograder import specs as registry
 from autograder.criteria import warmup
 from autograder.guard.secret import EXTRA_SHAPES
+from autograder.criteria.cases import graded_dtypes
 
 
 def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
-    from autograder.criteria.kernel import graded_dtypes
 
     ex = registry.get("04.gemm_gelu_residual")
     both = warmup.cases(ex, ["correctness", "precision", "performance"])
@@ -33,9 +33,7 @@ def test_warm_up_calls_run_in_threads_and_their_errors_are_swallowed(monkeypatch
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(runtime, "device", lambda: torch.device("cpu"))
-    from autograder.criteria import kernel as grade_kernel
-
-    monkeypatch.setattr(grade_kernel, "graded_dtypes", lambda: [torch.float32, torch.float16])
+    monkeypatch.setattr(warmup, "graded_dtypes", lambda: [torch.float32, torch.float16])
     ex = registry.get("02.rmsnorm")
     seen = []
 
@@ -76,9 +74,7 @@ def test_autotuning_choices_made_during_the_warm_up_are_forgotten(monkeypatch):
         monkeypatch.setattr(runtime, "has_gpu", lambda: True)
         monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
         monkeypatch.setattr(runtime, "device", lambda: torch.device("cpu"))
-        from autograder.criteria import kernel as grade_kernel
-
-        monkeypatch.setattr(grade_kernel, "graded_dtypes", lambda: [torch.float32])
+        monkeypatch.setattr(warmup, "graded_dtypes", lambda: [torch.float32])
         assert _scale in warmup.autotuners(fn)
         warmup.compile_ahead(registry.get("02.rmsnorm"), fn, ["correctness"])
         assert list(_scale.cache) == [("chosen before",)]

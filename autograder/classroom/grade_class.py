@@ -31,223 +31,31 @@ the run died twice is recorded as crashed.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 from pathlib import Path
 
-from autograder import runtime
-from autograder.guard import procs
-from autograder.publish.build import tool_env
-from autograder.classroom.gradebook import scores as gradebook_scores
-from autograder.classroom.loop import (  # noqa: F401  (statuses and GradingStopped re-exported)
+from autograder.classroom.course import (  # noqa: F401  (statuses and GradingStopped re-exported)
     CRASHED,
+    FIELDS,
     GRADED,
     IN_PROGRESS,
     NOT_MEASURED,
     NOT_RUN,
     TAMPERED,
     TIMED_OUT,
+    Course,
     GradingStopped,
+    sqlite_file,
 )
+from autograder.classroom.gradebook import scores as gradebook_scores
+from autograder.classroom.loop import ClassRun
+from autograder.classroom.runners import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
+from autograder.classroom.similarity import similarity
+from autograder.guard import procs
 
-FIELDS = ["student_id", "assignment", "status", "score", "max_score", "reason", "flags"]
-CONFIG_FILES = ("nbgrader_config.py", "grading.toml")  # copied into each workspace (what the config reads)
-
-
-class Course:
-    """The course folder's layout, as its nbgrader_config.py sets it."""
-
-    def __init__(self, root: Path):
-        from nbgrader.coursedir import CourseDirectory
-        from traitlets.config.loader import PyFileConfigLoader
-
-        if not (root / "nbgrader_config.py").exists():
-            raise FileNotFoundError(f"{root} has no nbgrader_config.py: run grade-class from the course root")
-        from autograder.config import DEFAULT_PATH, ENV_VAR
-
-        self.root = root
-        saved = dict(os.environ)  # the configuration may set variables (the course's sets the grading file)
-        try:
-            self.config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-            self.grading_file = Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        if not self.grading_file.is_file():
-            raise FileNotFoundError(f"the grading settings {self.grading_file} (${ENV_VAR}) do not exist")
-        coursedir = CourseDirectory(config=self.config, root=str(root))
-        self.source = coursedir.source_directory
-        self.release = coursedir.release_directory
-        self.submitted = coursedir.submitted_directory
-        self.autograded = coursedir.autograded_directory
-
-
-def _submission_hash(folder: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(folder)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _sqlite_file(db_url: str) -> Path:
-    if not db_url.startswith("sqlite:///"):
-        raise ValueError(f"grade-class gives each student a private copy of the gradebook and needs an sqlite "
-                         f"gradebook (sqlite:///PATH); got {db_url}")
-    return Path(db_url[len("sqlite:///"):])
-
-
-def _why_it_failed(output: str) -> str:
-    text = output.lower()
-    if "kernel died" in text or "deadkernel" in text or "kernel crashed" in text:
-        return "the notebook's kernel died while running (a crash: segfault, abort, os._exit, out of memory?)"
-    if "cellexecutionerror" in text or "timeout" in text:
-        return "nbgrader could not execute the notebook"
-    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
-    return "nbgrader did not grade it: " + (lines[-1][-300:] if lines else "no output")
-
-
-# -- one student, in a workspace of its own ------------------------------------------------------------------
-
-def _private_gradebook(db_file: Path, into: Path) -> Path:
-    """A copy of the gradebook with the assignments and their cells but no student: what a workspace gets."""
-    from nbgrader.api import Gradebook
-
-    template = into / "template.db"
-    shutil.copy(db_file, template)
-    with Gradebook(f"sqlite:///{template}") as gb:
-        for student in gb.students:
-            gb.remove_student(student.id)  # their submissions and grades go with them
-    return template
-
-
-def _workspace(course: Course, assignment: str, student: str, template: Path, tmp: Path) -> Path:
-    work = tmp / f"student-{student}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    for name in CONFIG_FILES:
-        if (course.root / name).exists():
-            shutil.copy(course.root / name, work / name)
-    shutil.copytree(course.root / course.source / assignment, work / course.source / assignment)
-    shutil.copytree(course.root / course.submitted / student / assignment,
-                    work / course.submitted / student / assignment)
-    shutil.copy(template, work / "gradebook.db")
-    return work
-
-
-def _child_env(work: Path, grading_file: Path) -> dict:
-    """nbgrader's environment, with every cache and runtime folder the notebook could use kept private, and
-    the grading settings a private copy (the course folder's path is nobody's business)."""
-    from autograder.config import ENV_VAR
-
-    env = tool_env()
-    shutil.copy(grading_file, work / ".grading.toml")
-    env[ENV_VAR] = str(work / ".grading.toml")
-    env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
-    private = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "IPYTHONDIR": "ipython",
-               "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib"}
-    for var, name in private.items():
-        env[var] = str(work / ".private" / name)
-    _seed_font_cache(work / ".private" / "matplotlib")
-    env.update(PYTHONDONTWRITEBYTECODE="1", PWD=str(work))
-    env.pop("OLDPWD", None)
-    return env
-
-
-def _seed_font_cache(dest: Path) -> None:
-    """Matplotlib's font list, copied into a student's private config folder: an empty folder makes the first
-    plot scan every font on the machine again (15 s of each student's grading on a GPU server). A copy keeps
-    the folder private: what a notebook writes there reaches nobody else."""
-    try:
-        import matplotlib
-        from matplotlib import font_manager  # noqa: F401  builds this process's font list once, if missing
-
-        found = sorted(Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))
-    except Exception:  # noqa: BLE001  no matplotlib here: the notebook finds out for itself
-        return
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in found:
-        shutil.copy(f, dest / f.name)
-
-
-class Running:
-    """The grading processes in flight (their pids), shared by the threads that start them: a leftover is any other
-    child of this process. One lock orders starting a process and ending leftovers, so a process just started by
-    one thread is never taken for another's leftover."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self._pids: set[int] = set()
-
-    def pids(self) -> set[int]:
-        with self.lock:
-            return set(self._pids)
-
-    def add(self, pid: int) -> None:
-        self._pids.add(pid)  # called with the lock held
-
-    def discard(self, pid: int) -> None:
-        with self.lock:
-            self._pids.discard(pid)
-
-
-def grade_one(work: Path, assignment: str, student: str, timeout: float, grading_file: Path,
-              extra_env: dict | None = None, running: Running | None = None) -> tuple[str, str]:
-    """(status, reason): nbgrader's autograde of one student in its workspace, in a process of its own.
-
-    extra_env: what this student's process gets on top (the GPU it may see). running: the processes of the other
-    students graded at the same time, which the clean-up after this one must leave alone."""
-    cmd = [sys.executable, "-m", "autograder.classroom.student", str(work), assignment, student]
-    running = running or Running()
-    env = _child_env(work, grading_file)
-    env.update(extra_env or {})
-    with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
-        before = procs.children()
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        running.add(proc.pid)
-
-    def end_leftovers():
-        # Orphans climb up to this (subreaper) process: every child that is neither a grading still in flight nor
-        # there before this one started is a leftover.
-        with running.lock:
-            procs.end_children(keep=before | (running._pids - {proc.pid}))
-
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        procs.kill_tree(proc.pid)
-        end_leftovers()  # what slipped out of the tree while it was being ended
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=30)  # a survivor still holding the pipe must not hold up the class
-        return TIMED_OUT, f"grading did not finish within {timeout:.0f} s (a hang or an endless loop?)"
-    finally:
-        running.discard(proc.pid)
-        end_leftovers()
-    lines = output.strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        result = {}
-    graded = list((work / "autograded" / student / assignment).glob("*.ipynb"))
-    if proc.returncode == 0 and result.get("success") and graded:
-        return GRADED, ""
-    if result.get("reason"):
-        return CRASHED, result["reason"]
-    if proc.returncode and proc.returncode < 0:
-        return CRASHED, f"the grading process was ended by {procs.signal_meaning(-proc.returncode)}"
-    return CRASHED, _why_it_failed(result.get("log", "") + result.get("error", "") or output)
-
-
-# -- the class -----------------------------------------------------------------------------------------------
 
 def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool = False,
                 csv_path: Path | None = None, db_url: str | None = None, echo=print, gpus: str | None = None,
@@ -258,8 +66,6 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     gpus ("all" or "0,1"): one student per GPU at a time, each process seeing only its GPU; workers: that many
     students at once on the CPU; cluster ("slurm", "local" or "debug"): one submitit job per student, with
     cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup...)."""
-    from autograder.classroom.loop import ClassRun
-    from autograder.classroom.runners import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
 
     root = Path(root).resolve()
     course = Course(root)
@@ -268,7 +74,7 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     if not students:
         raise FileNotFoundError(f"no submissions of {assignment!r} under {submitted}")
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
-    db_file = _sqlite_file(db_url).resolve()
+    db_file = sqlite_file(db_url).resolve()
     if not db_file.exists():
         raise FileNotFoundError(f"no gradebook at {db_file}: run `nbgrader generate_assignment {assignment}` first")
     if cluster is not None and (gpus is not None or workers is not None):
@@ -314,7 +120,6 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
 def _similarity(course: Course, assignment: str, students: list[str], report: Path, echo) -> dict[str, list[str]]:
     """Similarity flags of every student's answers against the reference solution and each other (a flag, never
     a score), and the side-by-side report; a failure of the comparison is said and costs no grade."""
-    from autograder.classroom.similarity import similarity
 
     root = course.root
     try:

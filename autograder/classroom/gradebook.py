@@ -10,8 +10,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autograder.guard.scan import scan_notebook
+
 if TYPE_CHECKING:
-    from autograder.classroom.grade_class import Course
+    from autograder.classroom.course import Course
 
 VERDICT_CALL = re.compile(r"""check\(\s*["']([^"']+)["'].*?\.assert_passed\(\s*["']([^"']+)["']""", re.S)
 
@@ -61,8 +63,6 @@ def submission_flags(course: Course, assignment: str, student: str, db_url: str)
     import nbformat
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.utils import compute_checksum
-
-    from autograder.guard.scan import scan_notebook
 
     flags = []
     with Gradebook(db_url) as gb:

@@ -13,17 +13,22 @@ import shutil
 import time
 from pathlib import Path
 
+from autograder.classroom.course import (
+    CRASHED,
+    GRADED,
+    IN_PROGRESS,
+    NOT_MEASURED,
+    NOT_RUN,
+    RETRIED,
+    TAMPERED,
+    GradingStopped,
+    private_gradebook,
+    sqlite_file,
+    submission_hash,
+    workspace,
+)
 from autograder.classroom.gradebook import save_grades, submission_flags
 from autograder.guard.footprint import Footprint, watched_roots
-
-GRADED, CRASHED, TIMED_OUT, TAMPERED, IN_PROGRESS = "graded", "crashed", "timed out", "tampered", "in progress"
-NOT_MEASURED = "performance not measured"  # graded, but a GPU shared by others: graded again when it is free
-NOT_RUN = "not run"  # the runner did not run it (submission refused, task cancelled): graded again next time
-RETRIED = (IN_PROGRESS, NOT_MEASURED, NOT_RUN)  # statuses a later run grades again even when unchanged
-
-
-class GradingStopped(RuntimeError):
-    """A submission changed files that later students' grading depends on; they must be restored first."""
 
 
 def _relative(paths, root: Path) -> list[str]:
@@ -35,14 +40,13 @@ def _relative(paths, root: Path) -> list[str]:
 class ClassRun:
     def __init__(self, course, assignment: str, db_url: str, state: dict, state_file: Path, tmp: Path,
                  echo=print, progress: bool = True):
-        from autograder.classroom.grade_class import _private_gradebook, _sqlite_file
 
         self.course, self.assignment, self.db_url, self.state = course, assignment, db_url, state
         self.state_file, self.tmp, self.echo, self.progress = state_file, tmp, echo, progress
-        self.db_file = _sqlite_file(db_url).resolve()
+        self.db_file = sqlite_file(db_url).resolve()
         self.journal = self.db_file.with_name(self.db_file.name + "-journal")
         self.footprint = Footprint(watched_roots(course.root), ignore=[tmp])
-        self.template = _private_gradebook(self.db_file, tmp)
+        self.template = private_gradebook(self.db_file, tmp)
         self.good = tmp / "gradebook-good.db"  # the gradebook as this process last left it
         shutil.copy(self.db_file, self.good)
         self.bar = None
@@ -60,12 +64,11 @@ class ClassRun:
     def todo(self, students: list[str]) -> list[str]:
         """The students to grade: a submission graded before and unchanged is skipped (an interrupted run resumes),
         one during which the class run died twice is recorded as crashed."""
-        from autograder.classroom.grade_class import _submission_hash
 
         out = []
         for i, student in enumerate(students, 1):
             counter = f"[{i}/{len(students)}]"
-            digest = _submission_hash(self.course.root / self.course.submitted / student / self.assignment)
+            digest = submission_hash(self.course.root / self.course.submitted / student / self.assignment)
             done = self.state.get(student)
             same = bool(done) and done["hash"] == digest
             if same and done["status"] not in RETRIED:
@@ -82,17 +85,16 @@ class ClassRun:
     # -- one student ------------------------------------------------------------------------------------------
 
     def _prepare(self, student: str) -> dict:
-        from autograder.classroom.grade_class import _submission_hash, _workspace
 
         root = self.course.root
-        digest = _submission_hash(root / self.course.submitted / student / self.assignment)
+        digest = submission_hash(root / self.course.submitted / student / self.assignment)
         done = self.state.get(student)
         same = bool(done) and done["hash"] == digest
         attempts = done.get("attempts", 0) + 1 if same else 1
         self.state[student] = {"status": IN_PROGRESS, "hash": digest, "attempts": attempts, "reason": "", "flags": []}
         self.save_state()
         flags = submission_flags(self.course, self.assignment, student, self.db_url)
-        work = _workspace(self.course, self.assignment, student, self.template, self.tmp)
+        work = workspace(self.course, self.assignment, student, self.template, self.tmp)
         return {"previous": done, "digest": digest, "attempts": attempts, "flags": flags, "work": work,
                 "started": time.time()}
 

@@ -19,7 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-CRASHED, NOT_RUN = "crashed", "not run"  # class_loop's statuses (imported there from here would be circular)
+from autograder.classroom.course import CRASHED, NOT_RUN
+from autograder.classroom.process import Running, grade_one
+from autograder.guard import procs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +95,6 @@ class LocalRunner:
     """Grades up to len(slots) students at once on this machine, each in a process of its own (grade_one)."""
 
     def __init__(self, slots: list[Slot], timeout: float, grading_file: Path):
-        from autograder.classroom.grade_class import Running
 
         self.slots, self.timeout, self.grading_file = list(slots), timeout, grading_file
         self.free = list(self.slots)
@@ -109,7 +110,6 @@ class LocalRunner:
         return bool(self.free)
 
     def start(self, student: str, work: Path, assignment: str) -> str:
-        from autograder.classroom.grade_class import grade_one
 
         slot = self.free.pop(0)
         self.in_flight[student] = slot
@@ -133,8 +133,6 @@ class LocalRunner:
 
     def stop(self) -> None:
         """End every grading in flight (an interrupted run)."""
-        from autograder.guard import procs
-
         for pid in self.running.pids():
             procs.kill_tree(pid)
 
@@ -142,9 +140,6 @@ class LocalRunner:
 def remote_grade(work: str, assignment: str, student: str, timeout: float, grading_file: str) -> tuple[str, str]:
     """One student's grading as a submitit job: on a cluster node (or in a local process), in the workspace the
     class run prepared on shared storage. Returns (status, reason); the graded notebooks stay in the workspace."""
-    from autograder.guard import procs
-    from autograder.classroom.grade_class import grade_one
-
     procs.become_subreaper()  # what the notebook leaves behind comes back to this task to be ended
     return grade_one(Path(work), assignment, student, timeout, Path(grading_file))
 

@@ -14,10 +14,13 @@ import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
-from autograder.criteria.kernel import _compare, _count_gpu_kernels, _dtype_name, _seed, _student_error
-from autograder.measure.inductor import quiet as compiler_quiet  # Dynamo's and Inductor's logs and warnings kept off stderr
-from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
+from autograder.criteria.cases import case_seed, count_gpu_kernels, dtype_name, student_error
+from autograder.criteria.outputs import compare
 from autograder.guard.watch import TritonLaunches, to_device_keeping_layout
+from autograder.measure.inductor import (
+    quiet as compiler_quiet,  # Dynamo's and Inductor's logs and warnings kept off stderr
+)
+from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
 from autograder.specs.exercise import CompiledExercise
 
 
@@ -56,7 +59,7 @@ def _close(got, want: torch.Tensor, atol: float, rtol: float, what: str) -> str 
     if got.shape != want.shape:
         return f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     # float64 as the "output dtype": the reference is compared as it is, not rounded first.
-    problem = _compare(got.detach().cpu(), want.detach().cpu(), torch.float64, atol, rtol)
+    problem = compare(got.detach().cpu(), want.detach().cpu(), torch.float64, atol, rtol)
     return f"{what}: {problem}" if problem else None
 
 
@@ -64,11 +67,11 @@ def _case(ex: CompiledExercise, fn, shape, dtype, seed: int) -> list[str]:
     inputs = _inputs(ex, shape, dtype, seed)
     args = _leaves(ex, inputs)
     out = compiled(ex, fn)(*args.values())
-    where = f"shape {shape}, {_dtype_name(dtype)}"
+    where = f"shape {shape}, {dtype_name(dtype)}"
     ref_args = _leaves(ex, inputs, double=True)
     ref = ex.reference(*ref_args.values())
     if isinstance(out, torch.Tensor) and out.dtype != dtype:
-        return [f"{where}: the result is {_dtype_name(out.dtype)}, expected {_dtype_name(dtype)} (the input's dtype)"]
+        return [f"{where}: the result is {dtype_name(out.dtype)}, expected {dtype_name(dtype)} (the input's dtype)"]
     if isinstance(out, torch.Tensor) and out.device.type != torch.device(runtime.device()).type:
         return [f"{where}: the result is on {out.device}, expected on {runtime.device()} with the inputs"]
     atol, rtol = ex.tolerance[dtype]
@@ -105,9 +108,9 @@ def correctness(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult
     with compiler_quiet():
         for shape, dtype in cases:
             try:
-                failures += _case(ex, fn, shape, dtype, _seed(cfg.secret_seed, "compiled", str(shape), str(dtype)))
+                failures += _case(ex, fn, shape, dtype, case_seed(cfg.secret_seed, "compiled", str(shape), str(dtype)))
             except Exception as exc:  # noqa: BLE001  the student's function, or its compilation, raised
-                failures.append(f"shape {shape}, {_dtype_name(dtype)}: {_compile_error(exc, ex.function)}")
+                failures.append(f"shape {shape}, {dtype_name(dtype)}: {_compile_error(exc, ex.function)}")
     how = ("compiled by Inductor" if runtime.has_gpu() else
            "captured by Dynamo with backend 'eager' (no GPU: Inductor's kernels are not built here)")
     figures = {"cases": len(cases), "failed": len(failures)}
@@ -133,12 +136,12 @@ def _compile_error(exc: BaseException, function: str) -> str:
     if "graph break" in text.lower() or type(exc).__name__ in ("Unsupported", "UserError"):
         first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return f"torch.compile could not trace it: {first[:300]}"
-    return _student_error(exc, function)
+    return student_error(exc, function)
 
 
 def graph(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
     """Dynamo captures the harness around fn in one graph, with no break."""
-    inputs = _inputs(ex, ex.shapes[0], torch.float32, _seed(cfg.secret_seed, "graph"))
+    inputs = _inputs(ex, ex.shapes[0], torch.float32, case_seed(cfg.secret_seed, "graph"))
     try:
         with compiler_quiet():
             torch._dynamo.reset()
@@ -175,7 +178,7 @@ def kernels(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
                                    "the GPU criteria: grade on a machine with a CUDA GPU")
         return CriterionResult("kernels", SKIPPED, why)
     dtype = torch.bfloat16
-    inputs = _inputs(ex, ex.kernels_shape, dtype, _seed(cfg.secret_seed, "kernels"))
+    inputs = _inputs(ex, ex.kernels_shape, dtype, case_seed(cfg.secret_seed, "kernels"))
     own = set()
     try:
         with compiler_quiet():
@@ -190,7 +193,7 @@ def kernels(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
             torch.cuda.synchronize()
             args = _leaves(ex, inputs)
             seed = torch.ones_like(step_fn(*args.values())) if ex.grads else None  # made before the count
-            n, names = _count_gpu_kernels(lambda: _step(ex, step_fn, args, seed))
+            n, names = count_gpu_kernels(lambda: _step(ex, step_fn, args, seed))
     except Exception as exc:  # noqa: BLE001
         return CriterionResult("kernels", FAILED, _compile_error(exc, ex.function))
     theirs = [k for k in names if k in own]

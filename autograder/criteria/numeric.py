@@ -6,9 +6,9 @@ import math
 import random
 
 from autograder.config import GradingConfig
+from autograder.criteria.cases import student_error
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import NumericExercise
-from autograder.criteria.kernel import _student_error
 
 
 def _as_numbers(value) -> tuple[float, ...] | None:
@@ -35,7 +35,7 @@ def correctness(ex: NumericExercise, fn, cfg: GradingConfig) -> CriterionResult:
             try:
                 got_raw = fn(*args)
             except Exception as exc:
-                return CriterionResult("correctness", FAILED, _student_error(exc, ex.function), {"cases": n})
+                return CriterionResult("correctness", FAILED, student_error(exc, ex.function), {"cases": n})
             got = _as_numbers(got_raw)
             shown = args if label != "secret case" else "(secret arguments)"
             if got is None or len(got) != len(expected):

@@ -18,16 +18,16 @@ import threading
 
 import torch
 
-from autograder.measure import capability
-from autograder.measure import device as device_mod
-from autograder.measure import gpu_share
-from autograder.criteria import kernel as gk
 from autograder import runtime
 from autograder.config import GradingConfig
-from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
+from autograder.criteria.cases import case_seed, dtype_name, gpu_case_inputs, left_running, student_error
+from autograder.criteria.outputs import as_outputs, as_tuple, output_problem, relative_error, shares_storage
 from autograder.guard.watch import TritonLaunches
-from autograder.specs.exercise import KernelExercise, Shape
+from autograder.measure import capability, gpu_share
+from autograder.measure import device as device_mod
 from autograder.measure.timing import graph_or_plain, interleaved_times, synced_ms
+from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
+from autograder.specs.exercise import KernelExercise, Shape
 
 ROUNDS = 4  # rounds of (peak, yours, eager) and (peak, eager, yours): each follows the peak equally often
 REP_MS = 40  # do_bench's time budget per turn and version
@@ -173,26 +173,26 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
     if unreachable:
         return CriterionResult("performance", SKIPPED, unreachable, {"unreachable_here": True})
     dtype = capability.timing_dtype(ex.perf_dtype, cap)  # float16 where bfloat16 is not native
-    inputs = gk._gpu_inputs(ex, shape, dtype, gk._seed(cfg.secret_seed, "performance"))
+    inputs = gpu_case_inputs(ex, shape, dtype, case_seed(cfg.secret_seed, "performance"))
     args = tuple(inputs.values())
     threads = set(threading.enumerate())
     try:
         out = fn(*args)
         torch.cuda.synchronize()
     except Exception as exc:
-        return CriterionResult("performance", FAILED, gk._student_error(exc, ex.function))
-    left = gk._left_running(ex, threads)
+        return CriterionResult("performance", FAILED, student_error(exc, ex.function))
+    left = left_running(ex, threads)
     if left:
         return CriterionResult("performance", FAILED, left + ": not timed")
     # A fast wrong answer earns nothing: compare with the float64 reference first (loosely: this guards
     # against garbage, the precision criterion judges the digits). Eager bf16 is no yardstick here; its
     # own reductions drift by more than that at this size.
     expected, unchecked = _reference_at_size(ex, inputs)
-    form = gk.output_problem(ex, out, expected, inputs, dtype) if expected is not None else None
+    form = output_problem(ex, out, expected, inputs, dtype) if expected is not None else None
     if form:
         return CriterionResult("performance", FAILED, f"{form} (at the benchmark size {shape}): not timed")
-    outs = gk._as_outputs(out, len(expected)) if expected is not None else gk._as_tuple(out)
-    if not unchecked and not all(gk._rel_err(o, e) < 5e-2 for o, e in zip(outs, expected)):
+    outs = as_outputs(out, len(expected)) if expected is not None else as_tuple(out)
+    if not unchecked and not all(relative_error(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("performance", FAILED, f"wrong result at the benchmark size {shape}: not timed")
     del out
 
@@ -259,7 +259,7 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
                    f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}")
     msg = (
         f"{what}; needs {min_frac:.2f}. {'' if ex.perf_baseline is ex.eager else against + '. '}"
-        f"Shape {shape}, {gk._dtype_name(dtype)}, {prof.name}, medians of {ROUNDS} rounds"
+        f"Shape {shape}, {dtype_name(dtype)}, {prof.name}, medians of {ROUNDS} rounds"
         f"{', in CUDA graphs' if ex.time_in_cuda_graph and not t.note else ''}.{side_note}"
     )
     if spilled:
@@ -309,14 +309,14 @@ def _reference_at_size(ex: KernelExercise, inputs: dict) -> tuple[tuple | None, 
     at the benchmark size take 8 GiB in float64: a 16 GB card), (their shapes on the meta device, a note): the
     result is then judged by its form at this size, its values at the correctness shapes."""
     try:
-        return gk._as_tuple(ex.reference(**inputs)), ""
+        return as_tuple(ex.reference(**inputs)), ""
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
     note = ("\nThe float64 reference does not fit in this GPU's memory at the benchmark size: the timed result was "
             "checked for its form there, and for its values at the correctness shapes only.")
     meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     try:
-        return gk._as_tuple(ex.reference(**meta)), note
+        return as_tuple(ex.reference(**meta)), note
     except Exception:  # noqa: BLE001  a reference that needs data (an .item()): no shapes either
         return None, note
 
@@ -330,9 +330,9 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple,
     millions of elements.) before=None: the reference does not fit here, and only the first test is made."""
     args = tuple(inputs.values())
     try:
-        again = gk._as_outputs(fn(*args), len(outs))
+        again = as_outputs(fn(*args), len(outs))
         torch.cuda.synchronize()
-        if again is not None and gk._shares_storage(again, outs):
+        if again is not None and shares_storage(again, outs):
             return f"{ex.function} returned the same output tensor again for the same inputs (a cached result)"
         del again
         if before is None:
@@ -345,11 +345,11 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple,
         pos = torch.randint(x.numel(), (64,), generator=gen).to(x.device)
         x.view(-1)[pos] = torch.randn(len(pos), generator=gen).to(device=x.device, dtype=x.dtype)
         torch.cuda.synchronize()  # the change is in memory before fn runs, on whatever stream it uses
-        now = gk._as_outputs(fn(*args), len(outs))
+        now = as_outputs(fn(*args), len(outs))
         torch.cuda.synchronize()
     except Exception as exc:
-        return gk._student_error(exc, ex.function)
-    after = gk._as_tuple(ex.reference(**inputs))
+        return student_error(exc, ex.function)
+    after = as_tuple(ex.reference(**inputs))
     atol, rtol = ex.tolerance[dtype]
     moved = followed = 0
     if now is not None:
@@ -360,6 +360,6 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple,
     if now is None or (moved and followed < moved / 2):
         return (f"after 64 elements of {name} changed in place, {ex.function}'s result did not follow them: "
                 "results are cached (keyed on the tensors or part of their data), not computed")
-    if not all(gk._rel_err(o, e) < 5e-2 for o, e in zip(now, after)):
+    if not all(relative_error(o, e) < 5e-2 for o, e in zip(now, after)):
         return f"after 64 elements of {name} changed in place, {ex.function} returned a wrong result"
     return None

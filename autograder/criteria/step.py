@@ -13,16 +13,23 @@ import os
 import numpy as np
 import torch
 
-from autograder.measure import device as device_mod
 from autograder import runtime
 from autograder.config import GradingConfig
-from autograder.criteria.kernel import MAX_LISTED, _count_gpu_kernels, _dtype_name, _seed, _student_error, _sync
+from autograder.criteria.cases import (
+    MAX_LISTED,
+    case_seed,
+    count_gpu_kernels,
+    dtype_name,
+    student_error,
+    sync,
+)
 from autograder.criteria.performance import copy_peak, measure, not_measured, shared_gpu
-from autograder.report import FAILED, PASSED, CriterionResult
-from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.guard.secret import EXTRA_SIZES
-from autograder.specs.exercise import StepExercise
+from autograder.guard.watch import Guarded, TritonLaunches, Watch
+from autograder.measure import device as device_mod
 from autograder.measure.timing import _do_bench as bench_ms  # the grader's timer, not the demonstrations'
+from autograder.report import FAILED, PASSED, CriterionResult
+from autograder.specs.exercise import StepExercise
 
 
 def _case(ex: StepExercise, sizes, dtype, seed: int, device=None):
@@ -46,7 +53,7 @@ def _call(ex: StepExercise, fn, lists: dict, step: int, hyper: dict, watch=None,
     watch = watch or Watch(launches, poison=True)
     with launches, watch, np.errstate(all="ignore"):
         ret = fn(*args)
-    _sync()
+    sync()
     return ret, watch
 
 
@@ -98,7 +105,7 @@ def run_step(ex: StepExercise, fn, guarded: dict, step: int, hyper: dict) -> lis
     try:
         ret, watch = _call(ex, fn, lists, step, hyper)
     except Exception as exc:
-        return [_student_error(exc, ex.function)]
+        return [student_error(exc, ex.function)]
     problems = []
     for n, gs in guarded.items():
         for i, (g, old) in enumerate(zip(gs, raw[n])):
@@ -146,7 +153,7 @@ def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 if len(failures) >= 3 * MAX_LISTED:
                     break
                 n_cases += 1
-                lists, hyper, gen = _case(ex, sizes, dtype, _seed(seed, sizes, dtype))
+                lists, hyper, gen = _case(ex, sizes, dtype, case_seed(seed, sizes, dtype))
                 guarded = _guard(lists)
                 for k, step in enumerate(ex.steps):
                     if k:  # a new gradient for every step, the state carried over
@@ -154,7 +161,7 @@ def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                         guarded.update(_guard({n: fresh[n] for n in ex.arg_names if n not in ex.state}))
                     problems = run_step(ex, fn, guarded, step, hyper)
                     if problems:
-                        where = (f"{len(sizes)} tensor(s) of sizes {_sizes(sizes)}, {_dtype_name(dtype)}, step {step}, "
+                        where = (f"{len(sizes)} tensor(s) of sizes {_sizes(sizes)}, {dtype_name(dtype)}, step {step}, "
                                  f"{label}" + (f" (seed {seed})" if label != "secret case" else ""))
                         failures.append(f"{where}: " + "; ".join(problems))
                         break  # later steps would start from a wrong state
@@ -191,8 +198,8 @@ def _trajectory(ex: StepExercise, fn, lists: dict, hyper: dict, grads_for, n_ste
 def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures = {}, []
     for dtype in ex.dtypes:
-        name = _dtype_name(dtype)
-        lists, hyper, gen = _case(ex, ex.precision_sizes, dtype, _seed(cfg.secret_seed, "precision", dtype))
+        name = dtype_name(dtype)
+        lists, hyper, gen = _case(ex, ex.precision_sizes, dtype, case_seed(cfg.secret_seed, "precision", dtype))
         grads = [_fresh_inputs(ex, lists, dtype, gen) for _ in range(ex.precision_steps)]
         inputs = [n for n in ex.arg_names if n not in ex.state]
 
@@ -202,7 +209,7 @@ def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
         try:
             got = _trajectory(ex, fn, lists, hyper, grads_for, ex.precision_steps)
         except Exception as exc:
-            return CriterionResult("precision", FAILED, _student_error(exc, ex.function), figures)
+            return CriterionResult("precision", FAILED, student_error(exc, ex.function), figures)
         exact = _trajectory(ex, None, lists, hyper, grads_for, ex.precision_steps)
         ideal = _trajectory(ex, None, lists, hyper, grads_for, ex.precision_steps, dtype=dtype)
         start = {n: [t.double() for t in lists[n]] for n in ex.state}
@@ -233,15 +240,15 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
         return not_measured(cfg)
     prof = device_mod.profile()
     dtype = ex.dtypes[0]
-    gen = torch.Generator().manual_seed(_seed(cfg.secret_seed, "performance"))
+    gen = torch.Generator().manual_seed(case_seed(cfg.secret_seed, "performance"))
     sizes = ex.perf_sizes(gen)
-    lists, hyper, _ = _case(ex, sizes, dtype, _seed(cfg.secret_seed, "performance", "lists"), device="cuda")
+    lists, hyper, _ = _case(ex, sizes, dtype, case_seed(cfg.secret_seed, "performance", "lists"), device="cuda")
     step = 5
     before = {n: [t.clone() for t in lists[n]] for n in ex.state}
     try:
         _call(ex, fn, lists, step, hyper, watch=Watch(TritonLaunches(), poison=False))
     except Exception as exc:
-        return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
+        return CriterionResult("performance", FAILED, student_error(exc, ex.function))
     # A fast wrong answer earns nothing: check the timed step first (one tensor at a time, in float64).
     for i in range(len(sizes)):
         one = {n: [before[n][i] if n in ex.state else lists[n][i]] for n in ex.arg_names}
@@ -276,7 +283,7 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
            f"the profile was taken); needs {min_frac:.2f}. {ms:.3f} ms against "
            f"{eager_ms:.3f} ms for the per-tensor PyTorch loop ({speedup:.2f}x)"
            f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}{compared}. "
-           f"{len(sizes)} tensors, {sum(sizes):,} elements, {_dtype_name(dtype)}, {prof.name}.")
+           f"{len(sizes)} tensors, {sum(sizes):,} elements, {dtype_name(dtype)}, {prof.name}.")
     ok = frac >= min_frac and speedup > min_speedup
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 
@@ -284,12 +291,12 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
 def _count(ex: StepExercise, fn, sizes, cfg) -> tuple[int, int, list[str], list[str]]:
     """(GPU kernels, Triton launches, their names, torch compute ops) of one warm call on lists of `sizes`."""
     dtype = ex.dtypes[0]
-    lists, hyper, _ = _case(ex, sizes, dtype, _seed(cfg.secret_seed, "fusion", len(sizes)))
+    lists, hyper, _ = _case(ex, sizes, dtype, case_seed(cfg.secret_seed, "fusion", len(sizes)))
     _call(ex, fn, lists, 1, hyper, watch=Watch(TritonLaunches(), poison=False))  # warm-up: compile, build tables
     launches = TritonLaunches()
     watch = Watch(launches, poison=False)
     if runtime.has_gpu():
-        n_kernels, names = _count_gpu_kernels(lambda: _call(ex, fn, lists, 2, hyper, watch, launches))
+        n_kernels, names = count_gpu_kernels(lambda: _call(ex, fn, lists, 2, hyper, watch, launches))
     else:
         _call(ex, fn, lists, 2, hyper, watch, launches)
         n_kernels, names = launches.count, launches.names
@@ -302,7 +309,7 @@ def fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
         k_short, t_short, _, ops_short = _count(ex, fn, short, cfg)
         k_long, t_long, names, ops_long = _count(ex, fn, long, cfg)
     except Exception as exc:
-        return CriterionResult("fusion", FAILED, _student_error(exc, ex.function))
+        return CriterionResult("fusion", FAILED, student_error(exc, ex.function))
     how = "counted with torch.profiler" if runtime.has_gpu() else "counted at Triton's launch entry (interpreter)"
     figures = {f"launches_{len(short)}_tensors": k_short, f"launches_{len(long)}_tensors": k_long,
                "allowed": ex.max_launches}

@@ -15,16 +15,15 @@ import math
 import torch
 
 from autograder import runtime
-from autograder.guard import integrity
 from autograder.config import GradingConfig
-from autograder.criteria.kernel import _dtype_name, _seed, _student_error, _sync
+from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
 from autograder.criteria.performance import copy_peak, measure, not_measured, shared_gpu
-from autograder.report import FAILED, PASSED, CriterionResult
+from autograder.guard import integrity
 from autograder.guard.watch import TritonLaunches
+from autograder.measure.timing import extra_bytes
+from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import UNIT_ROUNDOFF, TrainingCase, TrainingExercise
 from autograder.specs.text_corpus import batches
-from autograder.measure.timing import extra_bytes
-
 
 
 def _dtypes() -> list[torch.dtype]:
@@ -54,7 +53,7 @@ def _loss_and_grads(ex: TrainingExercise, fn, params: dict, tokens, targets, con
             raise ValueError("the loss does not require grad: it is not connected to the parameters (detached, or "
                              "computed under torch.no_grad), so there is no backward to grade")
         grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-    _sync()
+    sync()
     missing = [n for n, g in zip(params, grads) if g is None]
     if missing:
         raise ValueError(f"no gradient reaches {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}: "
@@ -79,8 +78,8 @@ def _grade_case(ex: TrainingExercise, fn, case: TrainingCase, dtype, seed: int) 
     except ValueError as exc:
         return [str(exc)], math.inf
     except Exception as exc:  # noqa: BLE001  the student's code: its error is the feedback
-        return [_student_error(exc, ex.function)], math.inf
-    where = f"({case}, {_dtype_name(dtype)})"
+        return [student_error(exc, ex.function)], math.inf
+    where = f"({case}, {dtype_name(dtype)})"
     if launches.count == 0:
         return [f"no Triton kernel ran {where}: the model must run on your kernels"], math.inf
     ref_loss, ref_grads = ex.reference(params, tokens, targets, case.config)
@@ -115,7 +114,7 @@ def correctness(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     problems, worst = [], 0.0
     for i, case in enumerate(cases):
         for dtype in _dtypes():
-            found, w = _grade_case(ex, fn, case, dtype, _seed(cfg.secret_seed, "training-grads", i))
+            found, w = _grade_case(ex, fn, case, dtype, case_seed(cfg.secret_seed, "training-grads", i))
             worst = max(worst, w)
             if found:
                 problems += found[:6]
@@ -127,7 +126,7 @@ def correctness(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
         return CriterionResult("correctness", FAILED, "\n".join(problems), figures)
     return CriterionResult("correctness", PASSED, (
         f"loss and all gradients within {ex.precision_factor:g}x eager PyTorch's error against float64 in "
-        f"{', '.join(_dtype_name(d) for d in _dtypes())} ({len(cases)} model(s); the closest came to "
+        f"{', '.join(dtype_name(d) for d in _dtypes())} ({len(cases)} model(s); the closest came to "
         f"{worst:.2f} of its bound)"), figures)
 
 
@@ -168,11 +167,11 @@ def _eager_losses(ex: TrainingExercise, case: TrainingCase, dtype, seed: int) ->
 def training(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     case = ex.training_gpu if runtime.has_gpu() else ex.training_cpu
     dtype = _dtypes()[-1]
-    seed = _seed(cfg.secret_seed, "training-run")
+    seed = case_seed(cfg.secret_seed, "training-run")
     try:
         yours = train(ex, fn, case, dtype, seed)
     except Exception as exc:  # noqa: BLE001
-        return CriterionResult("training", FAILED, _student_error(exc, ex.function))
+        return CriterionResult("training", FAILED, student_error(exc, ex.function))
     eager32 = _eager_losses(ex, case, torch.float32, seed)
     eager = _eager_losses(ex, case, dtype, seed) if dtype != torch.float32 else eager32
     k = min(ex.loss_window, case.steps)
@@ -182,8 +181,8 @@ def training(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     gap = abs(last["yours"] - last["eager32"])
     figures = {"losses": yours, "eager_losses": eager, "eager_float32_losses": eager32, "gap": gap,
                "allowed": allowed}
-    same_dtype = "" if dtype == torch.float32 else f", eager {_dtype_name(dtype)} {last['eager']:.4f}"
-    msg = (f"after {case.steps} AdamW steps (lr {case.lr:g}, {case}, {_dtype_name(dtype)}), the mean of the last {k} "
+    same_dtype = "" if dtype == torch.float32 else f", eager {dtype_name(dtype)} {last['eager']:.4f}"
+    msg = (f"after {case.steps} AdamW steps (lr {case.lr:g}, {case}, {dtype_name(dtype)}), the mean of the last {k} "
            f"losses: yours {last['yours']:.4f}, eager PyTorch float32 {last['eager32']:.4f}{same_dtype}; "
            f"apart by {gap:.4f}, allowed {allowed:.4f}; from {yours[0]:.3f} at the first step")
     bad = [i for i, v in enumerate(yours) if not math.isfinite(v)]
@@ -209,13 +208,13 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
 
     case, dtype = ex.perf_case, torch.bfloat16
     params = ex.init(case.config, dtype, "cuda", 0)
-    tokens, targets = _batch(ex, case, _seed(cfg.secret_seed, "training-perf"), "cuda")
+    tokens, targets = _batch(ex, case, case_seed(cfg.secret_seed, "training-perf"), "cuda")
     yours = _step(fn, params, tokens, targets, case.config)
     try:
         yours()
-        _sync()
+        sync()
     except Exception as exc:  # noqa: BLE001
-        return CriterionResult("performance", FAILED, _student_error(exc, ex.function))
+        return CriterionResult("performance", FAILED, student_error(exc, ex.function))
     compiled = _step(torch.compile(ex.eager, dynamic=False), params, tokens, targets, case.config)
     compiled()  # compilation stays out of the timing
     prof = device_mod.profile(progress=False)
@@ -235,7 +234,7 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     msg = (f"{tokens_n / t.yours_ms:.0f} k tokens/s for a forward and backward ({t.yours_ms:.2f} ms) against "
            f"{tokens_n / t.eager_ms:.0f} k for torch.compile of the eager model ({t.eager_ms:.2f} ms, timed in turns "
            f"with yours): {frac:.2f} of its speed, needs {min_frac:.2f}; eager PyTorch {eager_ms:.2f} ms, so "
-           f"{speedup:.2f}x eager, needs more than {min_speedup:.2f}x. {case}, {_dtype_name(dtype)}, {prof.name}.")
+           f"{speedup:.2f}x eager, needs more than {min_speedup:.2f}x. {case}, {dtype_name(dtype)}, {prof.name}.")
     ok = frac >= min_frac and speedup > min_speedup
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 
@@ -247,13 +246,13 @@ def memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     dtype = _dtypes()[-1]
     device = runtime.device()
     params = ex.init(case.config, dtype, device, 0)
-    tokens, targets = _batch(ex, case, _seed(cfg.secret_seed, "training-memory"), device)
+    tokens, targets = _batch(ex, case, case_seed(cfg.secret_seed, "training-memory"), device)
     try:
         _step(fn, params, tokens, targets, case.config)()  # warm-up: compilation stays out of the measurement
         launches = TritonLaunches()
         _, yours = extra_bytes(_step(fn, params, tokens, targets, case.config), launches)
     except Exception as exc:  # noqa: BLE001
-        return CriterionResult("memory", FAILED, _student_error(exc, ex.function))
+        return CriterionResult("memory", FAILED, student_error(exc, ex.function))
     _, eager = extra_bytes(_step(ex.eager, params, tokens, targets, case.config))
     if launches.count == 0:
         return CriterionResult("memory", FAILED, f"no Triton kernel ran: {ex.function} must run on your kernels")
@@ -265,7 +264,7 @@ def memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     msg = (f"{yours / 2**20:.1f} MiB beyond the parameters during a forward and backward (gradients included; "
            f"{how}) against eager PyTorch's {eager / 2**20:.1f} MiB: {yours / eager:.2f} of it, allowed "
            f"{ex.max_memory_fraction:.2f}. The float32 logits alone take {logits / 2**20:.1f} MiB. {case}, "
-           f"{_dtype_name(dtype)}.")
+           f"{dtype_name(dtype)}.")
     if yours <= ex.max_memory_fraction * eager:
         return CriterionResult("memory", PASSED, msg, figures)
     hint = ("\nThe logits are the largest activation: compute the loss and its gradients a chunk of rows at a "

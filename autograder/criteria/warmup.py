@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from autograder import runtime
-from autograder.guard.watch import Guarded
+from autograder.criteria.cases import case_inputs, graded_dtypes
 from autograder.guard.secret import EXTRA_SHAPES
+from autograder.guard.watch import Guarded
 from autograder.specs.exercise import KernelExercise
 
 MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core GPU machine
@@ -29,8 +30,6 @@ MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core G
 
 def cases(ex: KernelExercise, criteria) -> list:
     """(shape, dtype) of every case the named criteria run at small sizes, each once."""
-    from autograder.criteria.kernel import graded_dtypes
-
     shapes = []
     if "correctness" in criteria:
         shapes += list(ex.shapes) + list(EXTRA_SHAPES.get(ex.id, ()))
@@ -46,15 +45,13 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     so the report names the case here instead."""
     if not runtime.has_gpu() or not isinstance(ex, KernelExercise):
         return 0, []
-    from autograder.criteria.kernel import _inputs
-
     todo = cases(ex, criteria)
     broken: list[str] = []
 
     def call(case):
         shape, dtype = case
         try:
-            inputs = _inputs(ex, shape, dtype, 0)
+            inputs = case_inputs(ex, shape, dtype, 0)
             # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
             fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
             torch.cuda.synchronize()

@@ -1,0 +1,130 @@
+"""One student's grading process, seen from the class run: its private environment, its start and time limit, the
+clean-up of what it leaves behind, and its result read back as a status and a reason."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from autograder import runtime
+from autograder.classroom.course import CRASHED, GRADED, TIMED_OUT
+from autograder.config import ENV_VAR
+from autograder.guard import procs
+from autograder.publish.build import tool_env
+
+
+def why_it_failed(output: str) -> str:
+    text = output.lower()
+    if "kernel died" in text or "deadkernel" in text or "kernel crashed" in text:
+        return "the notebook's kernel died while running (a crash: segfault, abort, os._exit, out of memory?)"
+    if "cellexecutionerror" in text or "timeout" in text:
+        return "nbgrader could not execute the notebook"
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    return "nbgrader did not grade it: " + (lines[-1][-300:] if lines else "no output")
+
+
+def child_env(work: Path, grading_file: Path) -> dict:
+    """nbgrader's environment, with every cache and runtime folder the notebook could use kept private, and
+    the grading settings a private copy (the course folder's path is nobody's business)."""
+    env = tool_env()
+    shutil.copy(grading_file, work / ".grading.toml")
+    env[ENV_VAR] = str(work / ".grading.toml")
+    env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
+    private = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "IPYTHONDIR": "ipython",
+               "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib"}
+    for var, name in private.items():
+        env[var] = str(work / ".private" / name)
+    seed_font_cache(work / ".private" / "matplotlib")
+    env.update(PYTHONDONTWRITEBYTECODE="1", PWD=str(work))
+    env.pop("OLDPWD", None)
+    return env
+
+
+def seed_font_cache(dest: Path) -> None:
+    """Matplotlib's font list, copied into a student's private config folder: an empty folder makes the first
+    plot scan every font on the machine again (15 s of each student's grading on a GPU server). A copy keeps
+    the folder private: what a notebook writes there reaches nobody else."""
+    try:
+        import matplotlib
+        from matplotlib import font_manager  # noqa: F401  builds this process's font list once, if missing
+
+        found = sorted(Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))
+    except Exception:  # noqa: BLE001  no matplotlib here: the notebook finds out for itself
+        return
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in found:
+        shutil.copy(f, dest / f.name)
+
+
+class Running:
+    """The grading processes in flight (their pids), shared by the threads that start them: a leftover is any other
+    child of this process. One lock orders starting a process and ending leftovers, so a process just started by
+    one thread is never taken for another's leftover."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._pids: set[int] = set()
+
+    def pids(self) -> set[int]:
+        with self.lock:
+            return set(self._pids)
+
+    def add(self, pid: int) -> None:
+        self._pids.add(pid)  # called with the lock held
+
+    def discard(self, pid: int) -> None:
+        with self.lock:
+            self._pids.discard(pid)
+
+
+def grade_one(work: Path, assignment: str, student: str, timeout: float, grading_file: Path,
+              extra_env: dict | None = None, running: Running | None = None) -> tuple[str, str]:
+    """(status, reason): nbgrader's autograde of one student in its workspace, in a process of its own.
+
+    extra_env: what this student's process gets on top (the GPU it may see). running: the processes of the other
+    students graded at the same time, which the clean-up after this one must leave alone."""
+    cmd = [sys.executable, "-m", "autograder.classroom.student", str(work), assignment, student]
+    running = running or Running()
+    env = child_env(work, grading_file)
+    env.update(extra_env or {})
+    with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
+        before = procs.children()
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        running.add(proc.pid)
+
+    def end_leftovers():
+        # Orphans climb up to this (subreaper) process: every child that is neither a grading still in flight nor
+        # there before this one started is a leftover.
+        with running.lock:
+            procs.end_children(keep=before | (running._pids - {proc.pid}))
+
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        procs.kill_tree(proc.pid)
+        end_leftovers()  # what slipped out of the tree while it was being ended
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=30)  # a survivor still holding the pipe must not hold up the class
+        return TIMED_OUT, f"grading did not finish within {timeout:.0f} s (a hang or an endless loop?)"
+    finally:
+        running.discard(proc.pid)
+        end_leftovers()
+    lines = output.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        result = {}
+    graded = list((work / "autograded" / student / assignment).glob("*.ipynb"))
+    if proc.returncode == 0 and result.get("success") and graded:
+        return GRADED, ""
+    if result.get("reason"):
+        return CRASHED, result["reason"]
+    if proc.returncode and proc.returncode < 0:
+        return CRASHED, f"the grading process was ended by {procs.signal_meaning(-proc.returncode)}"
+    return CRASHED, why_it_failed(result.get("log", "") + result.get("error", "") or output)

@@ -1,0 +1,145 @@
+"""What every kernel criterion shares: the graded dtypes, seeded inputs for a case, and errors told in the
+student's terms (their own frames, the named hint)."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import traceback
+import warnings
+
+import torch
+
+from autograder import runtime
+from autograder.specs.exercise import KernelExercise, Shape
+
+MAX_LISTED = 5
+
+
+def sync():
+    if runtime.has_gpu():
+        torch.cuda.synchronize()
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def graded_dtypes() -> list[torch.dtype]:
+    # bf16 arithmetic is wrong in Triton's interpreter, and not native below compute capability 8.0.
+    from autograder.measure import capability
+
+    return capability.graded_dtypes(capability.current())
+
+
+def case_seed(base: int, *parts) -> int:
+    h = base
+    for p in parts:
+        for ch in str(p):
+            h = (h * 1000003 + ord(ch)) % (2**62)
+    return h
+
+
+def case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    return ex.make_inputs(shape, dtype, device or runtime.device(), gen)
+
+
+def gpu_case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int) -> dict:
+    """Benchmark-size inputs drawn on the GPU by a CUDA generator: data of the same kind (another draw of it) in
+    milliseconds, where the CPU takes seconds for hundreds of MiB; made on the CPU where an input maker cannot
+    run on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    try:
+        with torch.device("cuda"):
+            return ex.make_inputs(shape, dtype, "cuda", gen)
+    except (RuntimeError, TypeError):
+        return case_inputs(ex, shape, dtype, seed, device="cuda")
+
+
+LIBRARY_PATHS = ("site-packages", "dist-packages", os.sep + "autograder" + os.sep, os.sep + "triton" + os.sep)
+
+
+def student_error(exc: BaseException, function: str) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    library = LIBRARY_PATHS
+    raised_by_student = bool(frames) and not any(part in frames[-1].filename for part in library)
+    if isinstance(exc, NotImplementedError) and raised_by_student and not str(exc).strip():
+        # The release's placeholder (`raise NotImplementedError()`); one raised inside a library keeps its words.
+        return f"{function} raised NotImplementedError: the exercise is not done yet"
+    where = ""
+    for fr in reversed(frames):  # the innermost frame in the student's own code
+        if not any(part in fr.filename for part in library):
+            where = f" (at {os.path.basename(fr.filename)}:{fr.lineno}: {fr.line})"
+            break
+    text = first_line(exc)
+    # Triton's CompilationError opens with a position ("at 9:20:") and carries the reason in its chain of
+    # causes (triton 3.6, nested once per jit function) or in its last line (later versions).
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    reason = reason_line(root)
+    if reason and reason != text:
+        text += f" ... {reason}"
+    return f"{function} raised {type(exc).__name__}: {text}{where}{hint_for(exc)}"
+
+
+def hint_for(exc: BaseException) -> str:
+    """What a common, cryptic failure usually means."""
+    text = str(exc).lower()
+    if "out of memory" in text or "can't allocate memory" in text:
+        return "\nMemory ran out: the function allocates far more than its output (or the notebook holds large tensors)."
+    if isinstance(exc, TypeError) and "object is not subscriptable" in text and "function" in text:
+        return "\nkernel[grid](...) needs a Triton kernel: is @triton.jit missing above the kernel's def?"
+    return ""
+
+
+def first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def reason_line(exc: BaseException) -> str:
+    """The line of an exception that says what went wrong (not where)."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if any(ch.isalnum() for ch in ln)]
+    if not lines:
+        return type(exc).__name__
+    if re.fullmatch(r"at \d+:\d+:", lines[0]):  # a position; the message is at the end
+        return lines[-1] if len(lines) > 1 else lines[0]
+    return f"{type(exc).__name__}: {lines[0]}"
+
+
+# Threads that libraries start for themselves (kernel I/O, progress bars, compile workers).
+LIBRARY_THREADS = ("torch", "triton", "ipykernel", "IPython", "zmq", "tqdm", "jupyter_client", "matplotlib")
+
+
+def left_running(ex: KernelExercise, before: set) -> str | None:
+    """A thread the call started and left running: the result may be written after it was checked or timed."""
+    for t in threading.enumerate():
+        target = getattr(t, "_target", None)
+        module = getattr(target, "__module__", "") or ""
+        # A Thread subclass has no target: its class says whose it is (ipykernel 7 starts a SubshellThread when a
+        # notebook's widget, such as the grader's own progress bar, first talks to the kernel).
+        library = module.startswith(LIBRARY_THREADS) or (target is None and type(t).__module__.startswith(LIBRARY_THREADS))
+        if t not in before and t.is_alive() and not library:
+            what = getattr(target, "__qualname__", t.name)
+            return (f"{ex.function} left a thread running when it returned ({what}): its work may finish after "
+                    "the result is read or the timer stops; finish (or enqueue) all work before returning")
+    return None
+
+
+def count_gpu_kernels(run) -> tuple[int, list[str]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings():  # the profiler's own notices are not the student's business
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+    names = [
+        e.name
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.lower().startswith("memset")
+    ]
+    return len(names), names
