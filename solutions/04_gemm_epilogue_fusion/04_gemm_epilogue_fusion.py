@@ -358,20 +358,16 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # (`dot_precision(dtype)` returns it).
 #
 # **Hints** *(optional)*.
-# * `grouped_tile` and `tile_dot` of `kernels/matmul.py` (shown in section 1) do the tile order and the
-#   K loop; `tanh(z)` in one `tl.exp`: `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))`.
-# * Mind the registers: a `128 × 256` float32 accumulator is already 128 registers a thread, and `r`'s tile
-#   plus GELU's temporaries on top of it spill. Apply the epilogue to one column half at a time
-#   (`tl.split(tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1)))` gives the two halves), or use
-#   narrower tiles, and read the compiled kernel's `n_spills` to check.
-# * The timed shape has a short `K` (four steps of 64), where the epilogue weighs as much as the products:
-#   `64 × 128` tiles with 4 warps let several programs share an SM, one's epilogue running while another's
-#   products do.
-# * Speed trick, not needed for the grade: GELU's `exp` and division each take one special-function
-#   instruction, and those units (16 results a clock per SM) are what a short-K epilogue waits on. For bf16
-#   results `tanh` can come from NVIDIA's `tanh.approx.f32` (one instruction, through
-#   `tl.inline_asm_elementwise`; its error, about 2⁻¹¹, is a tenth of a bf16 rounding). Keep the exact form
-#   for fp32 and fp16, in the interpreter and on other GPUs.
+# * `grouped_tile` and `tile_dot` (section 1) do the tile order and the K loop;
+#   `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))` needs one `tl.exp`.
+# * Registers: a `128 × 256` float32 accumulator is 128 a thread already, and `r`'s tile and GELU's
+#   temporaries on top spill. Use `64 × 128` tiles with 4 warps (they suit the timed short-`K` shape too:
+#   one program's epilogue runs while another's products do), or apply the epilogue one column half at a
+#   time; the compiled kernel's `n_spills` tells.
+# * Speed trick, not needed for the grade: for bf16 results take `tanh` from NVIDIA's `tanh.approx.f32`
+#   (one special-function instruction where `exp` and the division take two, through
+#   `tl.inline_asm_elementwise`; error about 2⁻¹¹, a tenth of a bf16 rounding). Keep the exact form for
+#   fp32 and fp16, in the interpreter and on other GPUs.
 #
 # **Graded.**
 #
