@@ -7,7 +7,7 @@ import torch
 import math
 import torch.nn.functional as F
 from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import KernelExercise, Shape
+from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
 
 
 # ---------------------------------------------------------------- the torch side: softmax
@@ -200,6 +200,68 @@ SOFTMAX = KernelExercise(
 )
 
 
+# --- 2a. Predict: attention's HBM traffic, naive against FlashAttention ------------------------------------
+
+def attention_traffic_reference(b: int, h: int, n: int, d: int, elem_bytes: int) -> tuple[int, int]:
+    """(naive, flash) HBM bytes of one attention forward over q, k, v, o of shape (b, h, n, d).
+
+    Naive: S = q kᵀ reads q and k and writes S; P = softmax(S) reads S and writes P; o = P v reads P and v and
+    writes o: 4 b h n d + 4 b h n² elements. FlashAttention: q, k, v read once, o written once, and the float32
+    log-sum-exp of each row: 4 b h n d elements + 4 b h n bytes (re-reads of k and v that L2 serves not counted).
+    """
+    e = elem_bytes
+    qkvo = 4 * b * h * n * d * e
+    return qkvo + 4 * b * h * n * n * e, qkvo + 4 * b * h * n
+
+
+def _attention_traffic_cases(rng):
+    cases = [(4, 16, 4096, 128, 2), (1, 1, 1, 16, 4), (2, 8, 1024, 64, 2)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 8), rng.randint(1, 32), rng.randint(1, 20000), rng.choice([16, 32, 64, 128, 256]),
+                      rng.choice([2, 4])))
+    return cases
+
+
+def _diagnose_attention_traffic(args, got, expected):
+    b, h, n, d, e = args
+    en, ef = expected
+    try:
+        gn, gf = got
+    except (TypeError, ValueError):
+        return "return a pair (naive_bytes, flash_bytes)"
+    close = lambda a, x: math.isclose(a, x, rel_tol=1e-9)  # noqa: E731
+    scores = b * h * n * n * e
+    lse = 4 * b * h * n
+    if close(gn, ef) and close(gf, en):
+        return "the two counts are swapped: return (naive, flash)"
+    if close(gf, ef - lse):
+        return "FlashAttention also writes each row's log-sum-exp: 4 bytes (float32) a row"
+    if close(gf, ef - lse + 4 * b * h * n * e):
+        return "the log-sum-exp is float32 whatever the inputs' dtype: 4 bytes a row"
+    if close(gn, en - 2 * scores):
+        return "S and P each cross HBM twice: written by one kernel, read by the next (4 N² per head)"
+    if close(gn, en - scores) or close(gn, en + scores):
+        return "count S written and read, P written and read: 4 N² elements per head"
+    if close(gn, en / e) or close(gf, (ef - lse) / e + lse):
+        return "count bytes, not elements: multiply by elem_bytes"
+    if close(gn, en - b * h * n * d * e) or close(gf, ef - b * h * n * d * e):
+        return "q, k and v are read and o is written: 4 tensors of (b, h, n, d)"
+    return None
+
+
+PREDICT_ATTENTION_BYTES = NumericExercise(
+    id="05.predict_attention_bytes",
+    notebook=NOTEBOOK,
+    function="predicted_attention_bytes",
+    signature="predicted_attention_bytes(b, h, n, d, elem_bytes) -> (naive_bytes, flash_bytes)",
+    summary="HBM bytes of attention that writes S and P, against FlashAttention's q, k, v, o and log-sum-exp.",
+    criteria=("correctness",),
+    cases=_attention_traffic_cases,
+    reference=attention_traffic_reference,
+    diagnose=_diagnose_attention_traffic,
+)
+
+
 # --- 2. FlashAttention forward --------------------------------------------------------------------------
 
 def _attention_inputs(shape: Shape, dtype, device, gen):
@@ -387,4 +449,4 @@ LINEAR_CROSS_ENTROPY = KernelExercise(
     ),
 )
 
-EXERCISES = (SOFTMAX, FLASH_ATTENTION, LINEAR_CROSS_ENTROPY)
+EXERCISES = (SOFTMAX, PREDICT_ATTENTION_BYTES, FLASH_ATTENTION, LINEAR_CROSS_ENTROPY)
