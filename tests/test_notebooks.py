@@ -72,12 +72,12 @@ def test_every_exercise_has_a_solution_cell_and_graded_cells(root, name):
 
 
 def _solution_cells(root, name):
-    """(grade_id, source) of the answer cells in a notebook's text source, before includes are expanded."""
+    """(grade_id, source) of the code answer cells in a notebook's text source, before includes are expanded."""
     import jupytext
 
     nb = jupytext.read(root / "solutions" / name / f"{name}.py", fmt="py:percent")
     return [(c.metadata["nbgrader"]["grade_id"], c.source) for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")]
+            if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]  # not written answers
 
 
 def _top_level_names(source: str) -> set[str]:
