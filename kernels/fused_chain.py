@@ -28,6 +28,7 @@ def _fused_chain_kernel(
     alpha,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
+    """One program writes one BLOCK_M x BLOCK_N tile of y = alpha * silu(x + bias)."""
     # One program per BLOCK_M x BLOCK_N tile, numbered along the rows first: programs running at the same
     # time then touch neighbouring memory (about 5% faster than a 2-D grid on an H200).
     pid = tl.program_id(0)

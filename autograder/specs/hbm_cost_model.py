@@ -216,4 +216,147 @@ FUSED_CHAIN = KernelExercise(
     ),
 )
 
-EXERCISES = (COST_MODEL, LAYER_TRAFFIC, FUSED_CHAIN)
+
+# Warm-ups before (c) ---------------------------------------------------------------------------------------
+# Five small kernels, each graded on correctness only, on small shapes (the interpreter runs them in
+# well under a second): the tail of a block (masks), strides, broadcasting, a reduction, a loop over blocks.
+
+_WARMUP_TOL = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
+# A sum of up to a few hundred values of size ~1 rounds once to the output dtype, after float32 accumulation.
+_SUM_TOL = {torch.float32: (1e-4, 1e-5), torch.float16: (3e-2, 2e-3), torch.bfloat16: (2.5e-1, 1.6e-2)}
+
+
+def _vector(shape: Shape, dtype, device, gen):
+    (n,) = shape.dims
+    return {"x": torch.randn(n, generator=gen).to(dtype).to(device)}
+
+
+def _matrix(shape: Shape, dtype, device, gen, shift: float = 0.0):
+    m, n = shape.dims
+    if shape.layout == "transposed":
+        x = (torch.randn(n, m, generator=gen) + shift).to(dtype).t()
+    elif shape.layout == "strided":
+        x = (torch.randn(m, 2 * n, generator=gen) + shift).to(dtype)[:, ::2]
+    else:
+        x = (torch.randn(m, n, generator=gen) + shift).to(dtype)
+    return {"x": to_device_keeping_layout(x, device)}
+
+
+def _matrix_and_row(shape: Shape, dtype, device, gen):
+    inputs = _matrix(shape, dtype, device, gen)
+    return {**inputs, "v": torch.randn(shape.dims[1], generator=gen).to(dtype).to(device)}
+
+
+def _negative_matrix(shape: Shape, dtype, device, gen):
+    return _matrix(shape, dtype, device, gen, shift=-6.0)  # every element below 0: a padding lane of 0 would win
+
+
+def _as_if_contiguous(x):
+    """What a kernel reads when it assumes row stride N and column stride 1 whatever x's strides are."""
+    return x.as_strided(x.shape, (x.shape[1], 1)).double()
+
+
+def _copy_bytes(x):
+    return 2 * x.numel() * x.element_size()
+
+
+WARMUP_COPY = KernelExercise(
+    id="01.warmup_copy",
+    notebook=NOTEBOOK,
+    function="block_copy",
+    signature="block_copy(x) -> Tensor",
+    summary="Warm-up: copy a 1-D tensor block by block, the last block masked.",
+    criteria=("correctness",),
+    make_inputs=_vector,
+    reference=lambda x: x.double(),
+    eager=lambda x: x.clone(),
+    bytes=_copy_bytes,
+    shapes=(Shape((1,)), Shape((7,)), Shape((256,)), Shape((1000,)), Shape((1025,))),
+    tolerance=_WARMUP_TOL,
+    special_values=False,
+)
+
+WARMUP_TILE = KernelExercise(
+    id="01.warmup_tile",
+    notebook=NOTEBOOK,
+    function="tile_copy",
+    signature="tile_copy(x) -> Tensor",
+    summary="Warm-up: copy a 2-D tensor of any strides into a new contiguous one, one 2-D tile per program.",
+    criteria=("correctness",),
+    make_inputs=_matrix,
+    reference=lambda x: x.double(),
+    eager=lambda x: x.contiguous(),
+    bytes=_copy_bytes,
+    shapes=(Shape((1, 1)), Shape((5, 7)), Shape((16, 16)), Shape((33, 65)), Shape((17, 30), "strided"),
+            Shape((20, 9), "transposed")),
+    tolerance=_WARMUP_TOL,
+    special_values=False,
+    diagnoses=(("the kernel assumed a contiguous x (row stride N, column stride 1): pass x.stride(0) and "
+                "x.stride(1) and use them", _as_if_contiguous),),
+)
+
+WARMUP_BROADCAST = KernelExercise(
+    id="01.warmup_broadcast",
+    notebook=NOTEBOOK,
+    function="add_row",
+    signature="add_row(x, v) -> Tensor",
+    summary="Warm-up: x + v for x (M, N) and a row vector v (N,) broadcast down the rows.",
+    criteria=("correctness",),
+    make_inputs=_matrix_and_row,
+    reference=lambda x, v: x.double() + v.double()[None, :],
+    eager=lambda x, v: x + v,
+    bytes=lambda x, v: _copy_bytes(x) + v.numel() * v.element_size(),
+    shapes=(Shape((1, 1)), Shape((5, 7)), Shape((16, 16)), Shape((33, 65)), Shape((12, 40), "strided")),
+    tolerance=_WARMUP_TOL,
+    special_values=False,
+    diagnoses=(
+        ("v is missing from the result", lambda x, v: x.double()),
+    ),
+)
+
+WARMUP_ROW_SUM = KernelExercise(
+    id="01.warmup_row_sum",
+    notebook=NOTEBOOK,
+    function="row_sum",
+    signature="row_sum(x) -> Tensor",
+    summary="Warm-up: the sum of each row of x (M, N), one program per row, accumulated in float32.",
+    criteria=("correctness",),
+    make_inputs=_matrix,
+    reference=lambda x: x.double().sum(dim=1),
+    eager=lambda x: x.sum(dim=1),
+    bytes=lambda x: (x.numel() + x.shape[0]) * x.element_size(),
+    shapes=(Shape((1, 1)), Shape((5, 7)), Shape((16, 16)), Shape((9, 300)), Shape((6, 100), "strided")),
+    tolerance=_SUM_TOL,
+    special_values=False,
+    diagnoses=(
+        ("the mean of each row instead of the sum", lambda x: x.double().mean(dim=1)),
+        ("only the first element of each row (tl.sum over axis 0 of a row is the whole row)",
+         lambda x: x.double()[:, 0]),
+    ),
+)
+
+WARMUP_RUNNING_MAX = KernelExercise(
+    id="01.warmup_running_max",
+    notebook=NOTEBOOK,
+    function="row_max",
+    signature="row_max(x) -> Tensor",
+    summary="Warm-up: the largest element of each row of x (M, N), a loop over blocks of the row keeping a running max.",
+    criteria=("correctness",),
+    make_inputs=_negative_matrix,
+    reference=lambda x: x.double().amax(dim=1),
+    eager=lambda x: x.amax(dim=1),
+    bytes=lambda x: (x.numel() + x.shape[0]) * x.element_size(),
+    shapes=(Shape((1, 1)), Shape((5, 7)), Shape((4, 64)), Shape((7, 300)), Shape((3, 1000)), Shape((6, 130), "strided")),
+    tolerance=_WARMUP_TOL,
+    special_values=False,
+    diagnoses=(
+        ("masked-off lanes counted as 0 (or the running max started at 0): every element here is negative; load "
+         "with other=-float('inf') and start the running max at -inf", lambda x: x.double().amax(dim=1).clamp(min=0)),
+        ("only the first block of each row was read: loop over the row's blocks",
+         lambda x: x.double()[:, :64].amax(dim=1)),
+    ),
+)
+
+WARMUPS = (WARMUP_COPY, WARMUP_TILE, WARMUP_BROADCAST, WARMUP_ROW_SUM, WARMUP_RUNNING_MAX)
+
+EXERCISES = (COST_MODEL, LAYER_TRAFFIC, *WARMUPS, FUSED_CHAIN)

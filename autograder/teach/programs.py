@@ -90,10 +90,10 @@ class Recording:
             o = sum(len(s) for s in progs["outside"].values())
             verb = "read" if kind == "load" else "written"
             lines.append(f"{name}: {n} element accesses {verb} by {len(progs['active'])} programs, "
-                         f"{m} lanes masked off" + (f", {o} OUT OF BOUNDS" if o else ""))
+                         f"masked-off lanes: {m}" + (f", OUT OF BOUNDS: {o}" if o else ""))
         for a in self.out_of_bounds()[:3]:
             lines.append(f"  program {_label(a.program)}: tl.{a.kind} outside {a.tensor} "
-                         f"({len(a.outside) + a.outside_unplaced} lanes, e.g. at {a.outside[:3] or '?'})")
+                         f"(lanes: {len(a.outside) + a.outside_unplaced}, e.g. at {a.outside[:3] or '?'})")
         return "\n".join(lines)
 
     def _panels(self) -> dict:

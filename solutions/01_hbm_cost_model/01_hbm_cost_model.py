@@ -9,22 +9,29 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 01 · The HBM cost model: why fusion pays
 #
+# *About 4 hours · difficulty ★☆☆ · prerequisites: PyTorch; no CUDA or Triton experience assumed.*
+#
 # Most operators in a transformer's forward pass do a handful of arithmetic operations per byte they
 # touch. On a modern GPU that makes them wait on memory, not on arithmetic, and it makes one number
-# predict their run time: **the bytes they move through HBM**. Fusion is the art of moving fewer of them.
+# predict their run time: **the bytes they move through HBM** (high-bandwidth memory, the GPU's main memory).
+# Fusion is the art of moving fewer of them.
 #
 # In this notebook you will
 # 1. measure your GPU's two ceilings (copy bandwidth and matmul rate) and draw its roofline;
-# 2. write the cost model of a chain of elementwise operations, unfused and fused (**exercise a**);
+# 2. write the cost model of a chain of elementwise operations, unfused and fused (**exercise 01.cost_model**);
 # 3. test the model against a chain of 1 to 8 operations run by eager PyTorch, by `torch.compile` and by a
 #    hand-written Triton kernel, and against tiny tensors where launches, not bytes, set the time;
-# 4. count the bytes a Llama-2-7B decoder layer's elementwise and normalisation ops move (**exercise b**);
-# 5. write your first Triton kernel, a fused bias + SiLU + scale (**exercise c**), graded on correctness,
-#    precision, measured bandwidth and fusion.
+# 4. count the bytes a Llama-2-7B decoder layer's elementwise and normalisation ops move
+#    (**exercise 01.layer_traffic**);
+# 5. read one Triton kernel line by line, see which elements each of its programs touches, and write five
+#    small warm-up kernels (**01.warmup_copy** to **01.warmup_running_max**);
+# 6. write your first real fused kernel, bias + SiLU + scale (**exercise 01.fused_chain**), graded on
+#    correctness, precision, measured bandwidth and fusion.
 #
 # **No GPU?** The course then runs Triton kernels in Triton's interpreter on the CPU. Everything is
 # graded for correctness there, but nothing about speed can be measured: the plots show the model with an
-# H200's measured figures instead, and say so.
+# H200's measured figures instead, and say so. Terms in **bold** are defined where they first appear; the
+# course glossary (`docs/glossary.md`) collects them.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false}
 import autograder  # first: picks GPU or interpreter before any kernel is defined
@@ -36,6 +43,7 @@ from tqdm.auto import tqdm
 
 from autograder import check, runtime
 from autograder.teach.plots import launch_seconds, peaks, roofline
+from autograder.teach.programs import draw_programs
 from kernels import op_chain as chain
 
 profile = autograder.device_profile()
@@ -45,6 +53,13 @@ DEVICE = runtime.device()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "roofline-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 1. Two ceilings and the roofline
+#
+# ![The memory hierarchy of a GPU: many streaming multiprocessors, each with its own registers and shared memory, share one L2 cache and the HBM behind it; each level down is larger and slower.](figures/memory_hierarchy.svg)
+#
+# A GPU is made of many **streaming multiprocessors (SMs)**, each running many threads at once with its own
+# registers and a small, fast scratchpad (**shared memory**); all of them share an L2 cache and, behind it, the
+# HBM that holds every tensor. A kernel's inputs start in HBM and its outputs end there, so the bytes it moves
+# through HBM are the part of its cost it cannot avoid.
 #
 # A kernel can go no faster than either of two limits:
 #
@@ -103,10 +118,21 @@ plt.show()
 # of any sensible length do. So the model predicts a speed-up of `n` for large tensors, and for tiny
 # tensors, where `L` dominates, a speed-up of `n` as well, for a different reason: `n` launches against one.
 #
-# ### Exercise (a): the cost model
-# Write `chain_times(n_ops, size_bytes, bandwidth, launch_s)` returning the pair
-# `(t_unfused, t_fused)` in **seconds**, with `bandwidth` in bytes per second and `launch_s` in seconds.
-# The plots below draw *your* model against measurements.
+# The model predicts before anything is measured: write it now, and section 3 times the real thing against it.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "cost-model-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.cost_model · The cost model of a chain   (about 15 min · ★☆☆)
+#
+# **Spec.** `chain_times(n_ops, size_bytes, bandwidth, launch_s) -> (t_unfused, t_fused)`: the two formulas
+# above, in **seconds**, for `n_ops` ≥ 1 operations on a tensor of `size_bytes` bytes, with `bandwidth` in
+# bytes per second and `launch_s` in seconds. Python numbers in, a tuple of two floats out.
+#
+# **Hints** *(optional)*. Each pass reads `S` bytes and writes `S` bytes. The plots below draw *your* model
+# against the measurements, so a wrong formula shows there too.
+#
+# **Graded.**
+#
+# <!-- graded: 01.cost_model -->
 
 # %% nbgrader={"grade": false, "grade_id": "chain_times", "locked": false, "schema_version": 3, "solution": true}
 def chain_times(n_ops, size_bytes, bandwidth, launch_s):
@@ -156,7 +182,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
     if not not_written(exc):
         raise
     print(f"chain_times is not written yet ({type(exc).__name__}): the plot has no model lines until you write "
-          "exercise (a) above and run this cell again")
+          "exercise 01.cost_model above and run this cell again")
     model = []
 fig, ax = plt.subplots(figsize=(8, 5))
 if model:
@@ -242,20 +268,36 @@ plt.show()
 # The layer runs, in order: RMSNorm → attention → residual add → RMSNorm → gate and up projections →
 # SiLU(gate) · up → down projection → residual add.
 #
-# **Unfused**, as eager PyTorch runs it:
+# **Unfused**, in a simple model of eager PyTorch:
 # * each RMSNorm is 3 kernels: the mean of squares reads `x`; the division by the RMS reads `x` and
 #   writes the result; the multiplication by the weight reads that and writes `y`;
 # * each residual add reads two activations and writes one;
 # * SwiGLU's activation is 2 kernels: SiLU reads `gate` and writes its result; the product with `up`
 #   reads two tensors and writes one.
 #
+# The RMSNorm line is a **simplified model** and a lower bound. RMSNorm written op by op in bf16 with its
+# statistic in float32, as real code writes it, launches about 8 kernels (an upcast copy, the square, the mean,
+# `+ eps`, the reciprocal square root, two multiplications and a downcast) and moves about `18|x|`, partly in
+# float32 tensors twice the size of `x`: notebook 06 counts them with the profiler. The simple model is enough to
+# see where the bytes go; the real count only makes fusion pay more.
+#
 # **Fused**: each RMSNorm is one kernel that reads `x` once and writes `y` once; the SwiGLU activation is
 # one kernel that reads `gate` and `up` and writes their product; the residual adds are unchanged.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "layer-traffic-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.layer_traffic · The bytes of one decoder layer   (about 20 min · ★☆☆)
 #
-# ### Exercise (b)
-# Write `layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth)` returning
-# `(unfused_bytes, fused_bytes, saving_s)`, where `saving_s` is the time the fused layer saves at
-# `bandwidth` bytes per second. It is graded on Llama-2-7B and on other model shapes.
+# **Spec.** `layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth)` returns
+# `(unfused_bytes, fused_bytes, saving_s)`: the HBM bytes of the layer's elementwise and normalisation ops under
+# the simple model above, unfused and fused, and the time in seconds the fused layer saves at `bandwidth` bytes
+# per second. All arguments are Python numbers.
+#
+# **Hints** *(optional)*. Write `x` and `h` as in the text, then one line per kernel: "reads …, writes …".
+# It is graded on Llama-2-7B and on other model shapes, so nothing may be specific to 4096 or 11008.
+#
+# **Graded.**
+#
+# <!-- graded: 01.layer_traffic -->
 
 # %% nbgrader={"grade": false, "grade_id": "layer_traffic", "locked": false, "schema_version": 3, "solution": true}
 def layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
@@ -263,7 +305,7 @@ def layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
     ### BEGIN SOLUTION
     x = batch * seq * hidden * bytes_per_elem
     h = batch * seq * intermediate * bytes_per_elem
-    rmsnorm_unfused, rmsnorm_fused = 5 * x, 2 * x  # 3 kernels: read x | read x, write x/rms | read, write y
+    rmsnorm_unfused, rmsnorm_fused = 5 * x, 2 * x  # model: read x | read x, write x/rms | read, write y
     residual_add = 3 * x  # read two activations, write one
     swiglu_unfused, swiglu_fused = 2 * h + 3 * h, 3 * h  # silu(g), then g*u | one kernel: read g, u; write
     unfused = 2 * rmsnorm_unfused + 2 * residual_add + swiglu_unfused
@@ -283,7 +325,7 @@ try:
 except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
     if not not_written(exc):
         raise
-    print(f"layer_traffic is not written yet ({type(exc).__name__}): write exercise (b) above, then run this cell")
+    print(f"layer_traffic is not written yet ({type(exc).__name__}): write exercise 01.layer_traffic above, then run this cell")
 else:
     print(f"per layer: unfused {unfused / 1e9:.2f} GB, fused {fused / 1e9:.2f} GB "
           f"({unfused / fused:.2f}x less traffic)")
@@ -296,32 +338,370 @@ else:
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "kernel-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 6. Your first Triton kernel: bias + SiLU + scale in one pass
+# ## 6. Reading a Triton kernel: a scaled vector add
 #
-# Compute `y = alpha · silu(x + bias)` where `silu(z) = z · sigmoid(z)`, for `x` of shape `(M, N)`,
-# `bias` of shape `(N,)` (broadcast along the rows) and a Python float `alpha`. Eager PyTorch needs three
-# kernels (`x + bias`, `silu`, `alpha · …`) and about `6|x|` bytes of traffic; your kernel must read `x`
-# once and write `y` once, about `2|x|`.
+# Before you write a kernel, read one whole. This one computes `out = alpha · x + y` for two vectors of `n`
+# elements. How Triton organises the work:
 #
-# How a Triton kernel is organised:
-# * a **program** (one instance of the `@triton.jit` function) handles one tile of the output; the
-#   launcher starts a **grid** of them, and `tl.program_id(axis)` tells a program which tile is its own;
-# * `tl.arange(0, BLOCK)` gives the offsets inside a tile; `BLOCK` must be a power of two and a
-#   `tl.constexpr`, so tiles at the edge run past the tensor: **mask** every load and store;
-# * pointers are plain addresses: element `(i, j)` of `x` is at `x_ptr + i * stride_xm + j * stride_xn`.
-#   Pass `x.stride(0)` and `x.stride(1)`, and the kernel works on transposed and sliced inputs too;
-# * load in the input dtype, **compute in float32** (`.to(tl.float32)`), and round once at the store.
+# * A **program** is one instance of the `@triton.jit` function. The launcher starts a **grid** of them; each
+#   handles one **block** (a **tile**, in 2-D) of `BLOCK` consecutive elements, and `tl.program_id(0)` tells a
+#   program which block is its own. Programs run in any order, many at once, on different SMs.
+# * Inside a program, code works on whole blocks at a time: `tl.arange(0, BLOCK)` is the vector `0, 1, …,
+#   BLOCK-1`, and every operation on it runs on all its elements (its **lanes**) together.
+# * Pointers are plain addresses: `x_ptr + offs` is a block of addresses, one per lane, and `tl.load` /
+#   `tl.store` read and write HBM at those addresses.
+# * `BLOCK` is a **`tl.constexpr`**: a compile-time constant, so the compiler knows the block's size and
+#   compiles one version of the kernel per value. Triton requires it to be a power of two.
+# * `num_warps` (a launch option, not a kernel argument) says how many **warps** run one program on the GPU: a
+#   warp is 32 threads that execute the same instruction together, so `num_warps=4` spreads a block over 128
+#   threads. It changes speed, never the result; the interpreter ignores it.
 #
-# Write `fused_chain(x, bias, alpha)`: it allocates the output (`torch.empty`), launches **one** Triton
-# kernel and returns the output. It must not compute anything with torch operations. It is graded on
-# correctness (odd shapes, rows longer than a block, non-contiguous `x`, fp32/fp16, bf16 on a GPU),
-# precision (against float64), performance (at least 60% of this GPU's measured copy bandwidth, and faster
-# than eager) and fusion (exactly one kernel launch).
+# ![The grid of programs: a vector cut into blocks of BLOCK elements, program i loading and storing block i, the last block's lanes past the end masked off.](figures/program_grid.svg)
+
+# %% nbgrader={"grade": false, "grade_id": "worked-kernel", "locked": true, "schema_version": 3, "solution": false}
+@triton.jit
+def _scaled_add_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(axis=0)  # which program am I: 0, 1, ..., grid[0] - 1
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # the indices of my block: BLOCK of them, one per lane
+    mask = offs < n  # the last block runs past the end of the vector: those lanes must do nothing
+    x = tl.load(x_ptr + offs, mask=mask)  # read my block from HBM; masked-off lanes read nothing
+    y = tl.load(y_ptr + offs, mask=mask)
+    out = alpha * x.to(tl.float32) + y.to(tl.float32)  # compute in registers, in float32 whatever the storage
+    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask)  # round once, write back to HBM
+
+
+def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float, BLOCK: int = 1024) -> torch.Tensor:
+    """alpha * x + y for contiguous vectors of the same shape: one kernel, one read of each, one write."""
+    assert x.shape == y.shape and x.is_contiguous() and y.is_contiguous()
+    out = torch.empty_like(x)  # the launcher allocates the output ...
+    n = x.numel()
+    grid = (triton.cdiv(n, BLOCK),)  # ... decides how many programs: enough blocks to cover n elements ...
+    _scaled_add_kernel[grid](x, y, out, alpha, n, BLOCK=BLOCK, num_warps=4)  # ... and launches them
+    return out
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "worked-run-md", "locked": true, "schema_version": 3, "solution": false}
+# Tensors are passed to the kernel as pointers to their first element; Python numbers (`alpha`, `n`) as
+# scalars. Run it and compare with torch: on 10 000 elements and `BLOCK = 1024`, ten programs run, the last
+# with only 784 of its 1024 lanes switched on.
+
+# %% nbgrader={"grade": false, "grade_id": "worked-run", "locked": true, "schema_version": 3, "solution": false}
+x = torch.randn(10_000, device=DEVICE)
+y = torch.randn(10_000, device=DEVICE)
+out = scaled_add(x, y, 0.5)
+print(f"programs: {triton.cdiv(x.numel(), 1024)}, max |scaled_add - torch| = {(out - (0.5 * x + y)).abs().max().item():.1e}")
+torch.testing.assert_close(out, 0.5 * x + y)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "draw-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Seeing the programs
+#
+# `draw_programs(kernel, grid, *args, **kwargs)` runs one small launch in Triton's interpreter (even on a GPU
+# machine) and draws each tensor as a row of cells, coloured and numbered by the program that read or wrote
+# them. Hatched cells are lanes that were masked off; red crossed cells are accesses **outside the tensor**
+# (recorded, not performed). Here: 10 elements, blocks of 4, so 3 programs, the last one half empty.
+
+# %% nbgrader={"grade": false, "grade_id": "draw-good", "locked": true, "schema_version": 3, "solution": false}
+xs, ys, outs = torch.arange(10.0), torch.ones(10), torch.empty(10)
+draw_programs(_scaled_add_kernel, (3,), xs, ys, outs, 0.5, 10, BLOCK=4)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "draw-bad-md", "locked": true, "schema_version": 3, "solution": false}
+# Now the same kernel with one character wrong: `offs <= n` instead of `offs < n`. Program 2 switches on one
+# lane too many, and reads and writes the element just past the end of each vector. On a GPU that write lands
+# in whatever memory follows the tensor: often unused padding, sometimes another tensor, so the bug can stay
+# silent for months. The drawing shows it at once.
+
+# %% nbgrader={"grade": false, "grade_id": "draw-bad", "locked": true, "schema_version": 3, "solution": false}
+@triton.jit
+def _scaled_add_wrong_mask(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs <= n  # BUG: lane n is past the end
+    out = alpha * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, out, mask=mask)
+
+
+fig = draw_programs(_scaled_add_wrong_mask, (3,), xs, ys, outs, 0.5, 10, BLOCK=4)
+print(fig.recording.summary())
+fig
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmups-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 7. Five warm-ups
+#
+# Five small kernels, each a step toward exercise 01.fused_chain, each graded at once on small odd-sized
+# tensors (1 point each). Every stub gives the kernel's signature and a commented plan; you write the code
+# under `# YOUR CODE HERE`. `draw_programs` works on your kernels too: draw one whenever a check fails.
+#
+# Reading the grader's messages:
+# * *"out-of-bounds write … (a store without a correct mask?)"*: the grader surrounds every tensor with guard
+#   memory and found it changed. A lane past the end was switched on.
+# * *"got 3.40282e+38"* (or 65504 in float16): the grader fills the guard memory and unwritten outputs with
+#   that value, so your kernel **read outside the tensor** (a wrong mask or stride) or never wrote that element.
+# * *"likely cause: …"*: the output matched a known wrong formula, named there.
+#
+# ### Exercise 01.warmup_copy · A masked block copy   (about 10 min · ★☆☆)
+# **Spec.** `block_copy(x)` returns a new tensor equal to the 1-D contiguous `x` (any length, float32 or
+# float16), copied by `_copy_kernel`, one block of `BLOCK` elements per program.
+#
+# <!-- graded: 01.warmup_copy -->
+
+# %% nbgrader={"grade": false, "grade_id": "block_copy", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """Program i copies elements i*BLOCK ... i*BLOCK + BLOCK - 1 of x to y (those below n)."""
+    # 1. my block's offsets, from tl.program_id(0) and tl.arange, and a mask for those below n
+    # 2. load them from x_ptr (masked), store them to y_ptr (masked)
+    ### BEGIN SOLUTION
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+    ### END SOLUTION
+
+
+def block_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of the 1-D contiguous tensor x, made by _copy_kernel; same shape and dtype."""
+    # allocate the output, choose BLOCK (a power of two, e.g. 128), launch cdiv(n, BLOCK) programs
+    ### BEGIN SOLUTION
+    y = torch.empty_like(x)
+    n, BLOCK = x.numel(), 128
+    _copy_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK)
+    return y
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_copy", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("01.warmup_copy", block_copy).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-tile-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.warmup_tile · A 2-D tile with strides   (about 20 min · ★☆☆)
+# **Spec.** `tile_copy(x)` returns a new **contiguous** tensor equal to the 2-D `x` of shape `(M, N)`, whose
+# layout may be anything: contiguous, transposed (`x.t()`) or every other column (`x[:, ::2]`). A tensor's
+# **stride** along a dimension is how many elements apart in memory two neighbours along it are: element
+# `(i, j)` is at `x_ptr + i * x.stride(0) + j * x.stride(1)`. Use a 2-D grid: program `(pid_m, pid_n)` copies
+# the tile of rows `pid_m*BLOCK_M …` and columns `pid_n*BLOCK_N …`.
+#
+# **Hints** *(optional)*. `rows[:, None]` and `cols[None, :]` make a column and a row of offsets; adding them
+# broadcasts to a `(BLOCK_M, BLOCK_N)` tile, and the mask is `(rows[:, None] < M) & (cols[None, :] < N)`. A
+# kernel that assumes row stride `N` and column stride 1 passes on contiguous inputs and fails on the others:
+# the grader then names it.
+#
+# <!-- graded: 01.warmup_tile -->
+
+# %% nbgrader={"grade": false, "grade_id": "tile_copy", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _tile_copy_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, stride_yn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program (pid_m, pid_n) copies one BLOCK_M x BLOCK_N tile of x into y, through both tensors' strides."""
+    # 1. rows of my tile from tl.program_id(0), columns from tl.program_id(1); a 2-D mask for the edges
+    # 2. load the tile at x_ptr + rows * stride_xm + cols * stride_xn (masked)
+    # 3. store it at the same (row, column) of y, through y's strides (masked)
+    ### BEGIN SOLUTION
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tile = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, tile, mask=mask)
+    ### END SOLUTION
+
+
+def tile_copy(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of the 2-D tensor x (any strides), same shape and dtype, made by _tile_copy_kernel."""
+    # allocate a contiguous (M, N) output; a 2-D grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)); pass both strides
+    ### BEGIN SOLUTION
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    BLOCK_M, BLOCK_N = 16, 32
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    _tile_copy_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                            BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    return y
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_tile", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("01.warmup_tile", tile_copy).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-broadcast-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.warmup_broadcast · A row vector added to a matrix   (about 15 min · ★☆☆)
+# **Spec.** `add_row(x, v)` returns `x + v` as a new contiguous `(M, N)` tensor, for `x` of shape `(M, N)` (any
+# strides) and `v` of shape `(N,)`, added to every row. Exercise 01.fused_chain adds its bias the same way.
+#
+# **Hints** *(optional)*. `v` depends on the column only: load it with the tile's column offsets (a vector of
+# `BLOCK_N`), then `v[None, :]` broadcasts it down the tile's rows. Loading it with the tile's 2-D offsets
+# reads far past the end of `v`.
+#
+# <!-- graded: 01.warmup_broadcast -->
+
+# %% nbgrader={"grade": false, "grade_id": "add_row", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _add_row_kernel(x_ptr, v_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, stride_yn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program (pid_m, pid_n) writes one tile of y = x + v, v broadcast down the rows."""
+    # 1. the tile's rows, columns and 2-D mask, as in _tile_copy_kernel
+    # 2. load the x tile; load BLOCK_N elements of v at the tile's columns (masked by the columns alone)
+    # 3. add, v[None, :] broadcast down the rows, and store the tile of y
+    ### BEGIN SOLUTION
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    v = tl.load(v_ptr + cols, mask=cols < N)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, x + v[None, :], mask=mask)
+    ### END SOLUTION
+
+
+def add_row(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """x + v for x (M, N), any strides, and v (N,) contiguous: a new contiguous (M, N) tensor of x's dtype."""
+    # as tile_copy, with v passed too
+    ### BEGIN SOLUTION
+    M, N = x.shape
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    BLOCK_M, BLOCK_N = 16, 32
+    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
+    _add_row_kernel[grid](x, v, y, M, N, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+                          BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    return y
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_broadcast", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("01.warmup_broadcast", add_row).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-row-sum-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.warmup_row_sum · The sum of each row   (about 15 min · ★☆☆)
+# **Spec.** `row_sum(x)` returns the `(M,)` tensor of the sums of the rows of `x` `(M, N)` (any strides; `N` up
+# to a few thousand), in `x`'s dtype, accumulated in float32. One program per row, the whole row in one block:
+# `BLOCK = triton.next_power_of_2(N)`.
+#
+# **Hints** *(optional)*. `tl.sum(v, axis=0)` adds a block's lanes into one number. The masked-off lanes must
+# add nothing: load with `other=0.0`. Storing one number is `tl.store(out_ptr + row, s)`.
+#
+# <!-- graded: 01.warmup_row_sum -->
+
+# %% nbgrader={"grade": false, "grade_id": "row_sum", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _row_sum_kernel(x_ptr, out_ptr, N, stride_xm, stride_xn, BLOCK: tl.constexpr):
+    """Program `row` writes out[row] = sum of x[row, :], the row loaded as one block of BLOCK >= N lanes."""
+    # 1. which row is mine; the column offsets 0 .. BLOCK-1 and the mask cols < N
+    # 2. load the row (masked, other=0.0) and upcast it to float32
+    # 3. tl.sum it and store the one number at out_ptr + row
+    ### BEGIN SOLUTION
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(x, axis=0).to(out_ptr.dtype.element_ty))
+    ### END SOLUTION
+
+
+def row_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of each row of x (M, N), any strides: an (M,) tensor of x's dtype."""
+    # allocate (M,), launch M programs with BLOCK = triton.next_power_of_2(N)
+    ### BEGIN SOLUTION
+    M, N = x.shape
+    out = torch.empty(M, dtype=x.dtype, device=x.device)
+    _row_sum_kernel[(M,)](x, out, N, x.stride(0), x.stride(1), BLOCK=triton.next_power_of_2(N))
+    return out
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_row_sum", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("01.warmup_row_sum", row_sum).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-running-max-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.warmup_running_max · A running max over blocks   (about 20 min · ★★☆)
+# **Spec.** `row_max(x)` returns the `(M,)` tensor of the largest element of each row of `x` `(M, N)` (any
+# strides, any `N`), in `x`'s dtype. One program per row, reading it in blocks of `BLOCK = 64` columns with a
+# loop, keeping a running maximum: a row need not fit in one block (notebook 02's long rows will not).
+#
+# **Hints** *(optional)*. A loop in a kernel is a Python `for start in range(0, N, BLOCK):`. Keep a block-wide
+# accumulator `acc = tl.full([BLOCK], float("-inf"), tl.float32)`, update it with `tl.maximum`, and reduce it
+# once at the end with `tl.max(acc, axis=0)`. The grader's rows are all negative: a masked lane loaded as 0
+# (load with `other=float("-inf")`) or an accumulator started at 0 would win, and the grader says so.
+#
+# <!-- graded: 01.warmup_running_max -->
+
+# %% nbgrader={"grade": false, "grade_id": "row_max", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _row_max_kernel(x_ptr, out_ptr, N, stride_xm, stride_xn, BLOCK: tl.constexpr):
+    """Program `row` writes out[row] = max of x[row, :], reading the row BLOCK columns at a time."""
+    # 1. which row is mine; a float32 accumulator of BLOCK lanes, all -inf
+    # 2. loop over the row's blocks: load one (masked, other=-inf), fold it into the accumulator with tl.maximum
+    # 3. reduce the accumulator to one number and store it at out_ptr + row
+    ### BEGIN SOLUTION
+    row = tl.program_id(0)
+    acc = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_xm + cols * stride_xn, mask=cols < N, other=float("-inf"))
+        acc = tl.maximum(acc, x.to(tl.float32))
+    tl.store(out_ptr + row, tl.max(acc, axis=0).to(out_ptr.dtype.element_ty))
+    ### END SOLUTION
+
+
+def row_max(x: torch.Tensor) -> torch.Tensor:
+    """The largest element of each row of x (M, N), any strides: an (M,) tensor of x's dtype."""
+    # allocate (M,), launch M programs with BLOCK = 64
+    ### BEGIN SOLUTION
+    M, N = x.shape
+    out = torch.empty(M, dtype=x.dtype, device=x.device)
+    _row_max_kernel[(M,)](x, out, N, x.stride(0), x.stride(1), BLOCK=64)
+    return out
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_running_max", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("01.warmup_running_max", row_max).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fused-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 8. Your first fused kernel: bias + SiLU + scale in one pass
+#
+# Compute `y = alpha · silu(x + bias)` where `silu(z) = z · sigmoid(z)`, for `x` of shape `(M, N)`, `bias` of
+# shape `(N,)` (broadcast along the rows, as in 01.warmup_broadcast) and a Python float `alpha`. Eager PyTorch
+# runs three kernels (`x + bias`, `silu`, `alpha · …`), each a full round trip through HBM: about `6|x|` bytes.
+# Your kernel reads `x` once and writes `y` once: about `2|x|`, so the cost model predicts about 3× faster.
+#
+# ![Unfused against fused: three eager kernels each read and write the whole tensor through HBM, where one fused kernel reads x once, keeps the intermediates in registers and writes y once.](figures/unfused_vs_fused.svg)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fused-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.fused_chain · Bias + SiLU + scale in one kernel   (about 45 min · ★★☆)
+#
+# **Spec.** `fused_chain(x, bias, alpha) -> Tensor`: `x` is `(M, N)` of any strides (transposed and sliced views
+# included), `bias` is `(N,)`, both float32, float16 or bfloat16; `alpha` a Python float. It returns
+# `alpha * silu(x + bias)` as a new `(M, N)` tensor of `x`'s dtype, allocated with `torch.empty`, computed by
+# **one** Triton kernel launch and no torch arithmetic. Load in the input dtype, compute in float32
+# (`.to(tl.float32)`), round once at the store.
+#
+# **Hints** *(optional)*. It is 01.warmup_broadcast with a different formula: `tl.sigmoid` exists. For speed on
+# a GPU, tiles of about 2048 elements (e.g. `BLOCK_M = 2048 // BLOCK_N` rows of `BLOCK_N = min(2048,
+# next_power_of_2(N))`), `num_warps=4`, and a 1-D grid numbered along the rows first (`pid_m = pid //
+# tiles_per_row`) reach the copy bandwidth; for a transposed `x`, square 64 × 64 tiles keep the loads and stores
+# both reading neighbouring memory. Offsets of huge tensors can pass 2³¹: cast the rows to `tl.int64`.
+#
+# **Graded.**
+#
+# <!-- graded: 01.fused_chain -->
 
 # %% nbgrader={"grade": false, "grade_id": "fused_chain", "locked": false, "schema_version": 3, "solution": true}
-### BEGIN SOLUTION
-# include: kernels/fused_chain.py (_fused_chain_kernel, fused_chain)
-### END SOLUTION
+@triton.jit
+def _fused_chain_kernel(
+    x_ptr, bias_ptr, y_ptr,
+    M, N,
+    stride_xm, stride_xn, stride_ym, stride_yn,
+    alpha,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """One program writes one BLOCK_M x BLOCK_N tile of y = alpha * silu(x + bias)."""
+    # 1. which tile is mine: from tl.program_id(0) (a 1-D grid over tiles) or two program ids (a 2-D grid)
+    # 2. the tile's rows and columns (rows as int64), and a 2-D mask for the tensor's edges
+    # 3. load the x tile through its strides, and the bias at the tile's columns (masked by columns only)
+    # 4. upcast both to float32; z = x + bias[None, :]; y = alpha * z * sigmoid(z)
+    # 5. store y, cast to y's dtype, through y's strides (masked)
+    ### BEGIN SOLUTION
+    # include body: kernels/fused_chain.py (_fused_chain_kernel)
+    ### END SOLUTION
+
+
+def fused_chain(x: torch.Tensor, bias: torch.Tensor, alpha: float) -> torch.Tensor:
+    """y = alpha * silu(x + bias) for x (M, N) of any strides and bias (N,): a new (M, N) tensor of x's dtype,
+    computed by one launch of _fused_chain_kernel."""
+    # 1. check the shapes; allocate y with torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # 2. choose BLOCK_M, BLOCK_N (powers of two) and num_warps; the grid covers every tile
+    # 3. launch the kernel with both tensors' strides, and return y
+    ### BEGIN SOLUTION
+    # include body: kernels/fused_chain.py (fused_chain)
+    ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "try-md", "locked": true, "schema_version": 3, "solution": false}
 # Try it before you grade it: a quick comparison with eager PyTorch, then the full report (the same
@@ -347,8 +727,13 @@ check("01.fused_chain", fused_chain, criteria=["performance"]).assert_passed("pe
 # %% nbgrader={"grade": true, "grade_id": "test_fused_chain_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("01.fused_chain", fused_chain, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "fused-reference-run", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's own kernel (the hints' settings) reaches about 0.9 of the measured copy
+# bandwidth on an H100 and an H200 at the graded 16384 × 8192 bf16 shape, about 3× eager, as the cost model
+# predicts; `torch.compile` fuses the same chain and lands close to it.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "compare-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 7. Your kernel against eager and `torch.compile`
+# ## 9. Your kernel against eager and `torch.compile`
 #
 # The same bf16 tensor as the performance grade (16384 × 8192, 256 MiB), three ways, as effective
 # bandwidth (the minimal `2|x|` bytes over the time) next to this GPU's measured copy bandwidth. The model
@@ -381,6 +766,40 @@ if ON_GPU:
 else:
     print("No GPU here: speed is not measured in Triton's interpreter. Run this notebook on a CUDA GPU to see it.")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "questions-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 10. Questions
+#
+# Answer each in two to four sentences, in the cell below it.
+#
+# **Q1.** At 4 KiB the 8-op chain is far from any bandwidth limit, yet the fused kernel is still about 8×
+# faster than eager (section 4). Where does the saving come from there, and which term of the cost model says so?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-launch-bound", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# At 4 KiB the bandwidth term 2S/BW is a few nanoseconds, so each kernel costs about the launch overhead L.
+# Eager pays n·L for n kernels, the fused kernel pays L once: the saving is n − 1 launches, not bytes. The
+# launch term of the model says so; CUDA graphs, which shrink L itself, would help eager there too.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q2-md", "locked": true, "schema_version": 3, "solution": false}
+# **Q2.** The kernel with the mask `offs <= n` (section 6) gave the right answer for every element of `out`.
+# Why is it still a bug, and why can such a bug go unnoticed on a GPU?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-wrong-mask", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Its last program reads and writes one element past the end of each vector: memory the tensors do not own.
+# On a GPU the allocator rounds allocations up and packs tensors close together, so the stray write lands in
+# padding (harmless, silent) or in a neighbouring tensor (corrupting it, far from the cause); nothing faults
+# unless the address leaves the allocation entirely. Correct outputs prove nothing about the memory around them.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q3-md", "locked": true, "schema_version": 3, "solution": false}
+# **Q3.** Exercise 01.layer_traffic counts an unfused RMSNorm as 3 kernels and `5|x|`; notebook 06's profiler
+# finds about 8 kernels and `18|x|` for RMSNorm written op by op in bf16. Where do the extra bytes come from,
+# and does the difference change how much fusing RMSNorm saves?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-rmsnorm-count", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Real code computes the statistic in float32: the upcast writes a float32 copy of x (twice its bytes), and
+# the square, mean, eps, rsqrt and multiplications each read and write full-size tensors, several of them in
+# float32, before a downcast. The fused kernel still moves 2|x|, so the saving grows from 3|x| to about
+# 16|x| per RMSNorm: fusion pays more than the simple model said, and the conclusion only gets stronger.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
 #
@@ -388,8 +807,25 @@ else:
 #   follows from arithmetic before anything is timed.
 # * An unfused chain of `n` elementwise ops pays `n` round trips and `n` launches; a fused one pays one of
 #   each. On large tensors the bytes dominate, on tiny ones the launches.
+# * A Triton kernel is a grid of programs, each owning a block: offsets from `tl.program_id` and `tl.arange`, a
+#   mask for the edges, strides for any layout. Draw the programs when in doubt.
 # * A fused kernel is judged against the copy bandwidth measured on the same GPU: a memory-bound kernel that
 #   reaches 90% or more of it has nothing left to gain.
 #
 # Next, notebook 02 fuses across a reduction: RMSNorm and LayerNorm, where the statistic must be known
-# before the output can be written.
+# before the output can be written (your row sum and running max are its first half).
+#
+# ## Further reading
+#
+# * Triton's tutorials, starting with vector addition and fused softmax:
+#   <https://triton-lang.org/main/getting-started/tutorials/index.html>; the `triton.language` reference:
+#   <https://triton-lang.org/main/python-api/triton.language.html>.
+# * S. Williams, A. Waterman, D. Patterson, *Roofline: an insightful visual performance model for multicore
+#   architectures*, Communications of the ACM, 2009: <https://doi.org/10.1145/1498765.1498785>.
+# * H. He, *Making Deep Learning Go Brrrr From First Principles* (compute, memory and overhead):
+#   <https://horace.io/brrr_intro.html>.
+# * Triton-Puzzles, small graded kernels on the interpreter, with drawings of what each program touches:
+#   <https://github.com/srush/Triton-Puzzles>.
+# * PyTorch's `torch.compile` documentation: <https://pytorch.org/docs/stable/generated/torch.compile.html>.
+# * NVIDIA's CUDA C++ Best Practices Guide, on memory bandwidth and coalesced access:
+#   <https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/>.
