@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.measure.timing import bench_ms
+
 MAX_OPS = 8
 
 
@@ -100,7 +102,6 @@ def time_versions(x: torch.Tensor, n_ops: int) -> dict[str, float]:
 
     Used by notebook 01 and by the benchmark, so both measure the same thing the same way.
     """
-    from autograder.measure.timing import bench_ms
 
     compiled = torch.compile(lambda t: op_chain_eager(t, n_ops), dynamic=False)
     compiled(x)  # compile outside the timed region

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import sys
 
+from autograder.measure.timing import bench_interleaved
+from autograder.specs import decoder as dec
+from autograder.specs.fusion_for_training import CAPSTONE, CAPSTONE_WIDE
+from autograder.specs.text_corpus import batches, token_ids
 from kernels.bench.common import part_main
 from kernels.bench.streaming import peak_extra_gib
+from kernels.decoder import cuda_graphed_step, decoder_loss
 
 # The targets: at least torch.compile's tokens/s, at most 0.6 of eager's peak memory, and a loss curve on
 # eager's (here: the mean of the last 20 of 200 losses within 0.05 of eager's).
@@ -22,7 +27,6 @@ BATCH, SEQ, STEPS, LR = 8, 1024, 200, 1e-3
 
 
 def _configs():
-    from autograder.specs.fusion_for_training import CAPSTONE, CAPSTONE_WIDE
 
     return {"d=512": CAPSTONE, "d=1024": CAPSTONE_WIDE}
 
@@ -30,10 +34,6 @@ def _configs():
 def _step_rows(progress):
     import torch
 
-    from autograder.specs import decoder as dec
-    from autograder.specs.text_corpus import batches, token_ids
-    from autograder.measure.timing import bench_interleaved
-    from kernels.decoder import cuda_graphed_step, decoder_loss
 
     out = []
     for label, cfg in _configs().items():
@@ -81,9 +81,6 @@ def _step_rows(progress):
 def _curves(progress):
     import torch
 
-    from autograder.specs import decoder as dec
-    from autograder.specs.text_corpus import batches, token_ids
-    from kernels.decoder import decoder_loss
 
     cfg = _configs()["d=512"]
     ids = token_ids(cfg.vocab)

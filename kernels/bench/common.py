@@ -21,6 +21,9 @@ import re
 import sys
 from pathlib import Path
 
+from autograder import runtime
+from autograder.measure import device
+
 RESULTS = Path(__file__).resolve().parent / "results"
 STANDARD = ("eager", "torch.compile", "triton")  # the versions every row of the suite has; others go by name
 
@@ -60,8 +63,6 @@ def load(path: Path) -> dict:
 
 def needs_gpu(name: str) -> bool:
     """True where a GPU is present; otherwise says so on stderr (speed means nothing in Triton's interpreter)."""
-    import kernels  # noqa: F401  (device set-up)
-    from autograder import runtime
 
     if runtime.has_gpu():
         return True
@@ -79,7 +80,6 @@ def part_main(argv, doc: str, name: str, rows, sweep, report=None) -> int:
     args = parser.parse_args(argv)
     if not needs_gpu(name):
         return 2
-    from autograder.measure import device
 
     def progress(msg):
         print(f"[{name}] {msg}", flush=True)

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import sys
 
+from autograder.criteria.cases import count_gpu_kernels
+from autograder.criteria.compiled import compiler_quiet
+from autograder.measure.timing import bench_interleaved
+from autograder.specs import compiler_fusion as fq
 from kernels.bench.common import part_main
+from kernels.fake_quant import fake_quant
+from kernels.rmsnorm_op import rmsnorm_op
+from kernels.row_argmax_tuned import row_argmax
 
 # fake_quant compiled at least 0.8 of copy bandwidth; the tuned argmax no slower than torch.argmax at both shapes.
 GOALS = {"fake_quant": {"min_fraction_of_copy": 0.8}, "row_argmax": {"no_slower_than": "torch.argmax"}}
@@ -23,7 +30,6 @@ GOALS = {"fake_quant": {"min_fraction_of_copy": 0.8}, "row_argmax": {"no_slower_
 def _kernels(fn) -> list[str]:
     import torch
 
-    from autograder.criteria.cases import count_gpu_kernels
 
     fn()
     torch.cuda.synchronize()
@@ -34,12 +40,6 @@ def rows(prof, progress):
     import torch
     import torch.nn.functional as F
 
-    from autograder.criteria.compiled import compiler_quiet
-    from autograder.specs import compiler_fusion as fq
-    from autograder.measure.timing import bench_interleaved
-    from kernels.fake_quant import fake_quant
-    from kernels.rmsnorm_op import rmsnorm_op
-    from kernels.row_argmax_tuned import row_argmax
 
     out = []
     with compiler_quiet():

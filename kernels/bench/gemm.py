@@ -15,7 +15,11 @@ from __future__ import annotations
 import json
 import sys
 
+from autograder.measure.timing import bench_interleaved, bench_ms, cuda_graph
 from autograder.specs.gemm_epilogue_fusion import random_epilogue_inputs
+from kernels import gemm_epilogue as ge
+from kernels import qkv_projection as qkv
+from kernels import swiglu as sw
 from kernels.bench.common import part_main
 
 # kernel -> (the PyTorch versions it must be no slower than, slack): "cuBLAS matmul alone" with slack 1.05
@@ -48,9 +52,6 @@ def _row(kernel, shape, flops, times, prof):
 def rows(prof, progress):
     import torch
 
-    from autograder.measure.timing import bench_interleaved, cuda_graph
-    from kernels import gemm_epilogue as ge
-    from kernels import swiglu as sw
 
     out = []
     for label, (m, k, n) in (("prefill", (8192, 8192, 8192)), ("decode", (16, 8192, 8192))):
@@ -114,8 +115,6 @@ def qkv_rows(prof, progress):
     torch.compile of the three, and the Triton kernel."""
     import torch
 
-    from autograder.measure.timing import bench_ms, cuda_graph
-    from kernels import qkv_projection as qkv
 
     rows = []
     for model, (k, n_q, kv), m in (("8B-class", (4096, 4096, 1024), 16), ("8B-class", (4096, 4096, 1024), 8192),
@@ -166,7 +165,6 @@ def _settings_label(cfg: dict) -> str:
 def _sweep_one(problem, baselines: dict, candidates: dict, ref, flops, progress, graphs=False) -> list[dict]:
     """Check every candidate against ref, then time the baselines and the candidates that compile and compute
     it right, in turns."""
-    from autograder.measure.timing import bench_interleaved, cuda_graph
 
     rows, runnable = [], {k: cuda_graph(f) if graphs else f for k, f in baselines.items()}
     for label, fn in candidates.items():
@@ -194,8 +192,6 @@ def sweep(progress):
     import torch
     import triton
 
-    from kernels import gemm_epilogue as ge
-    from kernels import swiglu as sw
 
     def tma_epilogue(cfg, w=None):
         return lambda: ge._launch_epilogue_tma(x, w if w is not None else wk, b, r, (cfg,))

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from autograder.checker import launch as checker
+from autograder.measure import device
 from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +56,6 @@ def parse_log(log: str) -> dict:
 
 
 def grade_once(path: Path, mode: str) -> dict:
-    from autograder.checker import launch as checker
 
     old = os.environ.get("FUSION_COURSE_SMALL_DEMOS")
     os.environ["FUSION_COURSE_SMALL_DEMOS"] = MODES[mode]
@@ -118,7 +119,6 @@ def main(argv=None) -> int:
         parser.error(f"no solution notebook matches {args.notebooks}")
     if not needs_gpu("grading"):
         return 2
-    from autograder.measure import device
 
     prof = device.profile()
     partial = bool(args.notebooks) or set(modes) != set(MODES)

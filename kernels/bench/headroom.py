@@ -21,7 +21,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from autograder import check, config
+from autograder import specs as registry
+from autograder.criteria import performance as grade_perf
+from autograder.measure import device
+from autograder.specs.exercise import Shape, TrainingExercise
+from kernels import multi_tensor_adamw, rmsnorm_variants
 from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+from kernels.row_argmax import _row_argmax_kernel
 
 RESULTS = RESULTS / "headroom"
 HEADROOM = 1.25
@@ -29,9 +36,6 @@ HEADROOM = 1.25
 
 def versions() -> list[tuple[str, str, str, object]]:
     """(exercise, "solution" | "naive", what it is, fn) for every exercise graded on performance."""
-    import kernels  # noqa: F401  (device set-up)
-    from autograder import specs as registry
-    from kernels import multi_tensor_adamw, rmsnorm_variants
 
     rows = []
     for ex in registry.all_exercises():
@@ -65,7 +69,6 @@ def _argmax_one_setting(x):
     decode shape."""
     import torch
 
-    from kernels.row_argmax import _row_argmax_kernel
 
     m, n = x.shape
     out = torch.empty(m, dtype=torch.int64, device=x.device)
@@ -88,10 +91,6 @@ def _figures(f: dict) -> tuple:
 
 def _grade(ex_id: str, fn, shape: tuple | None):
     """The performance result, as check() grades it; at another benchmark shape where one is given."""
-    from autograder import check, config
-    from autograder.criteria import performance as grade_perf
-    from autograder import specs as registry
-    from autograder.specs.exercise import Shape
 
     if shape is None:
         return check(ex_id, fn, criteria=["performance"])["performance"]
@@ -180,7 +179,6 @@ def rescore(run: dict, threshold: float, min_speedup: float) -> dict:
 
 def thresholds(ex, cfg) -> tuple[float, float]:
     """(the bar on the fraction of the peak, the minimum speed-up over eager) that grading.toml sets for ex."""
-    from autograder.specs.exercise import TrainingExercise
 
     timed = getattr(ex, "timed", None) or ex  # an exercise graded compiled is timed as its kernel exercise
     key = "min_fraction_of_compiled" if isinstance(ex, TrainingExercise) else "min_fraction_of_peak"
@@ -191,8 +189,6 @@ def thresholds(ex, cfg) -> tuple[float, float]:
 def merge(paths: list[Path], out: Path) -> dict:
     """One device's table from several runs (--only parts): later files replace earlier rows of the same
     version; every run scored against the current thresholds."""
-    from autograder import config
-    from autograder import specs as registry
 
     cfg = config.load()
     parts = [json.loads(p.read_text()) for p in paths]
@@ -254,9 +250,6 @@ def main(argv=None) -> int:
             parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
     if not needs_gpu("headroom"):
         return 2
-    from autograder import config
-    from autograder import specs as registry
-    from autograder.measure import device
 
     prof = device.profile()
     cfg = config.load()

@@ -14,7 +14,19 @@ import argparse
 import sys
 from pathlib import Path
 
+from autograder.measure import device
+from autograder.measure.timing import bench_interleaved, extra_bytes
+from autograder.specs import streaming_reduction_fusion as ce_ops
+from autograder.specs import streaming_reduction_fusion as sm_ops
+from autograder.specs import vertical_fusion as add_ops
+from autograder.specs import vertical_fusion as bwd_ops
+from autograder.specs import vertical_fusion as ln_ops
+from autograder.specs import vertical_fusion as rms_ops
+from autograder.specs.streaming_reduction_fusion import sdpa_with_backend
+from kernels import add_rmsnorm, layernorm, linear_cross_entropy, rmsnorm, rmsnorm_backward, softmax
 from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+from kernels.flash_attention import flash_attention, flash_attention_tma
+from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward
 
 RESULTS = RESULTS / "peers"
 COURSE = "course"
@@ -57,7 +69,6 @@ def row(op: str, shape: str, times: dict, missing: dict, unit_work: float | None
 
 def _timed(calls: dict, progress, what: str) -> tuple[dict, dict]:
     """Median ms of each call that runs, in turns; the ones that raise are missing, with the error."""
-    from autograder.measure.timing import bench_interleaved
 
     runnable, missing = {}, {}
     for name, call in calls.items():
@@ -77,12 +88,6 @@ def norm_rows(progress, M: int = 32768, H: int = 4096) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
-    from autograder.specs import vertical_fusion as add_ops
-    from autograder.specs import vertical_fusion as ln_ops
-    from autograder.specs import vertical_fusion as rms_ops
-    from autograder.specs import vertical_fusion as bwd_ops
-    from autograder.specs import streaming_reduction_fusion as sm_ops
-    from kernels import add_rmsnorm, layernorm, rmsnorm, rmsnorm_backward, softmax
 
     lf, why = liger()
     eps = 1e-6
@@ -147,10 +152,6 @@ def linear_cross_entropy_rows(progress, M: int = 8192, K: int = 4096, V: int = 1
     backward, time and the memory allocated beyond the inputs."""
     import torch
 
-    from autograder.specs import streaming_reduction_fusion as ce_ops
-    from autograder.measure.timing import extra_bytes
-    from kernels import linear_cross_entropy
-    from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward
 
     lf, why = liger()
     h = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -200,8 +201,6 @@ def attention_rows(progress, shapes=ATTENTION_SHAPES, dtypes=("bf16", "fp16")) -
     import torch
     import torch.nn.functional as F
 
-    from autograder.specs.streaming_reduction_fusion import sdpa_with_backend
-    from kernels.flash_attention import flash_attention, flash_attention_tma
 
     def sdpa(backend, q, k, v, causal):
         if backend == "default":
@@ -268,7 +267,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not needs_gpu("peers"):
         return 2
-    from autograder.measure import device
 
     prof = device.profile()
     result = {**record(prof), "rows": rows(prof, lambda m: print(f"[peers] {m}", flush=True))}

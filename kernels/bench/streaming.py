@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import sys
 
+from autograder.measure.timing import bench_interleaved, peak_extra_bytes
+from kernels import flash_attention as fa
+from kernels import linear_cross_entropy as lce
+from kernels import softmax as sm
 from kernels.bench.common import part_main
 
 # The goals these rows are measured against: softmax at least 0.85 of copy bandwidth, FlashAttention forward
@@ -21,7 +25,6 @@ GOALS = {"softmax": {"min_fraction_of_copy": 0.85},
 
 def peak_extra_gib(fn) -> float:
     """GiB allocated at the peak of one call of fn, above what was allocated before it."""
-    from autograder.measure.timing import peak_extra_bytes
 
     return peak_extra_bytes(fn)[1] / 2**30
 
@@ -30,10 +33,6 @@ def rows(prof, progress):
     import torch
     import torch.nn.functional as F
 
-    from autograder.measure.timing import bench_interleaved
-    from kernels import flash_attention as fa
-    from kernels import linear_cross_entropy as lce
-    from kernels import softmax as sm
 
     out = []
     progress("softmax 32768 x 4096 bf16")
@@ -143,9 +142,6 @@ def sweep(progress):
     import torch.nn.functional as F
     import triton
 
-    from autograder.measure.timing import bench_interleaved
-    from kernels import flash_attention as fa
-    from kernels import linear_cross_entropy as lce
 
     out = []
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))

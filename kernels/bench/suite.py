@@ -14,6 +14,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from autograder.measure import device
+from autograder.measure.timing import bench_ms
+from kernels import add_rmsnorm as addn
+from kernels import fused_chain as fc
+from kernels import layernorm as ln
+from kernels import multi_tensor_adamw as mta
+from kernels import op_chain as oc
+from kernels import rmsnorm as rn
+from kernels import rmsnorm_backward as rb
+from kernels import row_sum_sumsq as rss
 from kernels.bench import compiler as bench_compiler
 from kernels.bench import gemm as bench_gemm
 from kernels.bench import peers as bench_peers
@@ -21,6 +31,9 @@ from kernels.bench import plots
 from kernels.bench import streaming as bench_streaming
 from kernels.bench import training as bench_training
 from kernels.bench.common import RESULTS, STANDARD, needs_gpu, record, save, slug
+from kernels.fused_chain import fused_chain, fused_chain_bytes, fused_chain_eager
+from kernels.op_chain import MAX_OPS, op_chain_bytes, time_versions
+from kernels.rmsnorm_variants import rmsnorm_two_pass
 
 GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it must be no slower than)
     "fused_chain": (0.95, "torch.compile"),
@@ -35,8 +48,6 @@ GOALS = {  # kernel -> (min fraction of copy bandwidth, the PyTorch version it m
 def _rows_fused_chain(prof):
     import torch
 
-    from autograder.measure.timing import bench_ms
-    from kernels.fused_chain import fused_chain, fused_chain_bytes, fused_chain_eager
 
     x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(8192, device="cuda", dtype=torch.bfloat16)
@@ -54,7 +65,6 @@ def _rows_fused_chain(prof):
 def _rows_op_chain(prof, progress):
     import torch
 
-    from kernels.op_chain import MAX_OPS, op_chain_bytes, time_versions
 
     x = torch.randn(2**26, device="cuda")
     rows = []
@@ -71,12 +81,6 @@ def _rows_norms(prof, progress):
     import torch
     import torch.nn.functional as F
 
-    from autograder.measure.timing import bench_ms
-    from kernels import add_rmsnorm as addn
-    from kernels import layernorm as ln
-    from kernels import rmsnorm as rn
-    from kernels import rmsnorm_backward as rb
-    from kernels.rmsnorm_variants import rmsnorm_two_pass
 
     M, H, eps = 32768, 4096, 1e-5
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
@@ -130,9 +134,6 @@ def _rows_horizontal(prof, progress):
     """Notebook 03's memory-bound kernels: sibling reductions, and AdamW over a model-sized list of tensors."""
     import torch
 
-    from autograder.measure.timing import bench_ms
-    from kernels import multi_tensor_adamw as mta
-    from kernels import row_sum_sumsq as rss
 
     progress("row_sum_sumsq")
     x = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16)
@@ -182,9 +183,6 @@ def sweep(progress):
     import torch
     import triton
 
-    from autograder.measure.timing import bench_ms
-    from kernels import fused_chain as fc
-    from kernels import op_chain as oc
 
     x = torch.randn(16384, 8192, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(8192, device="cuda", dtype=torch.bfloat16)
@@ -201,9 +199,6 @@ def sweep(progress):
         ms = bench_ms(run)
         out.append(("fused_chain", f"BLOCK_M={bm} BLOCK_N={bn} warps={w}", n_bytes / (ms * 1e-3) / 1e9))
         progress(f"{out[-1][1]}: {out[-1][2]:.0f} GB/s")
-    from kernels import add_rmsnorm as addn
-    from kernels import layernorm as ln
-    from kernels import rmsnorm as rn
 
     xn = torch.randn(32768, 4096, device="cuda", dtype=torch.bfloat16)
     rn_ = torch.randn_like(xn)
@@ -236,9 +231,6 @@ def _sweep_horizontal(progress):
     import triton
     import triton.language as tl
 
-    from autograder.measure.timing import bench_ms
-    from kernels import multi_tensor_adamw as mta
-    from kernels import row_sum_sumsq as rss
 
     out = []
     for m, n in ((32768, 4096), (262144, 512), (4096, 32768)):
@@ -313,7 +305,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not needs_gpu("suite"):
         return 2
-    from autograder.measure import device
 
     def progress(msg):
         print(f"[bench] {msg}", flush=True)

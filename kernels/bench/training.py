@@ -12,9 +12,23 @@ from __future__ import annotations
 
 import sys
 
+from autograder.measure.timing import bench_interleaved
+from autograder.specs import fusion_for_training as fab
+from autograder.specs.fusion_for_training import (
+    linear_cross_entropy_backward_eager,
+    linear_cross_entropy_backward_flops,
+)
+from autograder.specs.streaming_reduction_fusion import SDPA_BACKENDS
+from kernels import flash_attention_backward as fb
 from kernels.bench import capstone as bench_capstone
 from kernels.bench.common import part_main
 from kernels.bench.streaming import peak_extra_gib
+from kernels.flash_attention import LOG2E, flash_attention, flash_attention_tma
+from kernels.flash_attention_backward import flash_attention_backward
+from kernels.linear_cross_entropy_backward import (
+    linear_cross_entropy_forward_backward,
+    linear_cross_entropy_forward_backward_cublas,
+)
 
 # The goals: the attention backward at least 0.8 of SDPA's backward, causal and not (issue: the reference kernels
 # against cuDNN's on Hopper); the cross-entropy's forward and backward no slower than torch.compile's with at most
@@ -25,7 +39,6 @@ ATTENTION_SHAPES = ((4, 16, 4096, 128), (1, 16, 16384, 128), (4, 16, 4096, 64))
 
 
 def _sdpa_backends():
-    from autograder.specs.streaming_reduction_fusion import SDPA_BACKENDS
 
     return {"SDPA default": None, **{name.replace(" (FlashAttention-2)", ""): be for name, be in SDPA_BACKENDS.items()}}
 
@@ -34,10 +47,6 @@ def _attention_rows(progress):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from autograder.specs import fusion_for_training as fab
-    from autograder.measure.timing import bench_interleaved
-    from kernels.flash_attention import flash_attention_tma
-    from kernels.flash_attention_backward import flash_attention_backward
 
     out = []
     for shape in ATTENTION_SHAPES:
@@ -78,15 +87,6 @@ def _attention_rows(progress):
 def _ce_row(progress):
     import torch
 
-    from autograder.specs.fusion_for_training import (
-        linear_cross_entropy_backward_eager,
-        linear_cross_entropy_backward_flops,
-    )
-    from autograder.measure.timing import bench_interleaved
-    from kernels.linear_cross_entropy_backward import (
-        linear_cross_entropy_forward_backward,
-        linear_cross_entropy_forward_backward_cublas,
-    )
 
     progress("linear_cross_entropy forward and backward 8192 x 4096 -> 128256 bf16 (torch.compile takes a while)")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -174,8 +174,6 @@ def sweep(progress):
     import triton
     from triton.testing import do_bench
 
-    from kernels import flash_attention_backward as fb
-    from kernels.flash_attention import LOG2E, flash_attention
 
     settings = [dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s) for bm, bn, w, s in
                 ((32, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 3),
