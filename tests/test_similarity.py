@@ -11,6 +11,7 @@ from autograder.classroom import similarity
 
 NB = "01_hbm_cost_model"
 CELL = "fused_chain"
+EXERCISE = "01.fused_chain"  # what the report and the flags call the answer cell fused_chain
 
 
 def _reference_answer(root) -> str:
@@ -79,7 +80,7 @@ def compared(tmp_path_factory):
 
 def test_a_copy_of_the_reference_solution_is_flagged(compared):
     flags, _ = compared
-    assert any(f.startswith(f"{NB}.{CELL}: ") and f.endswith("like the reference solution") for f in flags["alice"])
+    assert any(f.startswith(f"{EXERCISE}: ") and f.endswith("like the reference solution") for f in flags["alice"])
 
 
 def test_two_students_with_one_answer_are_both_flagged_with_each_other(compared):
@@ -94,11 +95,38 @@ def test_the_released_stub_is_boilerplate_not_a_match(compared):
     assert flags["dave"] == [] and flags["erin"] == []
 
 
-def test_the_report_shows_the_pairs_and_downloads_nothing(compared):
+def test_the_report_shows_the_pairs_side_by_side_strongest_first_and_downloads_nothing(compared):
     _, report = compared
     html = report.read_text()
-    assert "alice" in html and "carol" in html and "highlight-red" in html
-    assert "cdn." not in html and "https://" not in html.split("<body")[0]
+    rows = re.findall(r"<tr><td><a href='#pair\d+'>\d+</a></td><td>([^<]*)</td><td>([^<]*)</td><td>(\d+)%</td>"
+                      r"<td>([^<]*)</td><td>(\d+)%</td></tr>", html)
+    pairs = {frozenset((a, b)) for _, a, _, b, _ in rows}
+    assert frozenset(("alice", "the reference solution")) in pairs and frozenset(("bob", "carol")) in pairs, rows
+    assert {ex for ex, *_ in rows} == {EXERCISE}
+    strongest = [max(int(x), int(y)) for _, _, x, _, y in rows]
+    assert strongest == sorted(strongest, reverse=True)
+    assert html.count("<div class='side'>") == len(rows) and "<span class='highlight-red'>" in html
+    assert not re.search(r"https?://|<link|<script|@import|url\(", html)  # self-contained: opening it fetches nothing
+
+
+def test_the_instructor_sets_the_threshold(tmp_path):
+    """A launcher rewritten around the same kernel shares about three quarters of its fingerprints."""
+    rewritten = OWN.split("def fused_chain")[0] + """
+def fused_chain(x, bias, alpha):
+    out = torch.zeros_like(x)
+    rows, cols = x.shape
+    for r in range(rows):
+        chain_kernel[(triton.cdiv(cols, 256),)](x[r], bias, out[r], cols, cols, alpha, TILE=256)
+    return out
+"""
+    folders = {"bob": _notebook(tmp_path / "bob", {CELL: OWN}), "carol": _notebook(tmp_path / "carol", {CELL: rewritten})}
+    found = {}
+    for threshold in (0.6, 0.9):
+        found[threshold] = similarity.similarity(folders, build.ROOT / "solutions" / NB, build.ROOT / "course" / NB,
+                                                 tmp_path / f"{threshold}.html", threshold=threshold)
+    assert any("like carol's" in f for f in found[0.6]["bob"]), found
+    assert found[0.9] == {"bob": [], "carol": []}
+    assert "No pair of answers" in (tmp_path / "0.9.html").read_text()
 
 
 def test_a_threshold_outside_0_1_is_refused(tmp_path):
