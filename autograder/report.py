@@ -8,6 +8,7 @@ import json
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 _MARK = {PASSED: "PASS", FAILED: "FAIL", SKIPPED: "skip"}
+PHYSICAL_PEAKS = ("copy", "matmul")  # ceilings no kernel exceeds (a baseline's speed can be beaten)
 
 
 class GradeFailed(AssertionError):
@@ -26,6 +27,16 @@ class CriterionResult:
     message: str
     figures: dict = dataclasses.field(default_factory=dict)
     seconds: float | None = None  # how long grading this criterion took (the grader's own bookkeeping)
+
+    def __post_init__(self):
+        # A fraction of a physical ceiling (copy bandwidth, matmul rate) above 1 is a measurement that missed work,
+        # never a pass, whichever code built the result.
+        frac = self.figures.get("fraction_of_peak")
+        if (self.status == PASSED and self.figures.get("peak_kind") in PHYSICAL_PEAKS
+                and isinstance(frac, (int, float)) and frac > 1.0):
+            self.status = FAILED
+            self.message = (f"impossible measurement: work escaped the timer ({frac:.2f} of this GPU's "
+                            f"{self.figures['peak_kind']} ceiling)\n{self.message}")
 
     @property
     def passed(self) -> bool:

@@ -230,3 +230,86 @@ def test_grade_class_finds_the_cells_whose_performance_was_not_measured():
     shared.outputs = [nbformat.v4.new_output("error", ename="GPUShared", evalue="not measured", traceback=[])]
     nb.cells = [ok, shared]
     assert unmeasured(nb) == ["test_rmsnorm_performance"]
+
+
+# What the submission starts is the submission's: never taken for a neighbour (no GPU needed for these).
+
+
+def test_the_timing_lock_held_by_the_submission_fails_at_once_instead_of_waiting(tmp_path):
+    import fcntl
+    import os
+
+    lock = tmp_path / "gpu.lock"
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT)  # the submission's own descriptor on the grader's lock file
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    slept = []
+    try:
+        with pytest.raises(gpu_share.LockedBySubmission, match="held by this process itself"):
+            with gpu_share.timing_lock(wait_s=60, path=lock, sleep=slept.append):
+                pass
+        assert not slept  # nothing was waited for
+    finally:
+        os.close(fd)
+    with gpu_share.timing_lock(wait_s=0, path=lock) as held:
+        assert held
+
+
+def test_a_lock_file_made_unopenable_never_makes_the_grader_skip(tmp_path):
+    lock = tmp_path / "gpu.lock"
+    lock.mkdir()  # a folder where the lock file should be
+    with gpu_share.timing_lock(wait_s=0, path=lock) as held:
+        assert held
+
+
+def test_lock_holders_read_from_proc_locks(tmp_path):
+    import os
+
+    f = tmp_path / "x.lock"
+    f.write_text("")
+    st = os.stat(f)
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    text = (f"1: FLOCK  ADVISORY  WRITE 4242 {dev} 0 EOF\n"
+            f"1: -> FLOCK  ADVISORY  WRITE 5151 {dev} 0 EOF\n"  # a waiter, not a holder
+            "2: POSIX  ADVISORY  WRITE 777 00:01:1 0 EOF\n")
+    assert gpu_share.lock_holders(f, text) == {4242}
+
+
+def test_processes_the_submission_started_are_found_and_library_workers_are_not():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        kids = gpu_share.descendants()
+        assert child.pid in kids and "time.sleep(30)" in kids[child.pid]
+        assert any(f"pid {child.pid}" in p for p in gpu_share.submission_processes())
+        worker = {1234: "python -m torch/_inductor/compile_worker --workers=8"}
+        assert gpu_share.submission_processes(worker) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in gpu_share.descendants()
+
+
+def test_a_process_of_the_submission_computing_while_timed_is_not_a_neighbour():
+    import os
+
+    s = gpu_share.read(_Nvml([_Proc(os.getpid())], utilization=0,
+                             samples=[_sample(os.getpid(), 10, 50), _sample(999999, 10, 40)]), since_us=0)
+    assert s.active == ["pid 999999"] and s.spawned == []
+    neighbours, spawned = gpu_share._split_spawned(["pid 11", "pid 12"], {12})
+    assert neighbours == ["pid 11"] and spawned == ["pid 12"]
+
+
+def test_measure_fails_a_submission_whose_process_computed_while_timed(monkeypatch):
+    from autograder.criteria import performance as grade_perf
+
+    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+                        lambda wait_s=gpu_share.WAIT_S, since_us=None:
+                        gpu_share.Sharing(True, [], 0, [], ["pid 4321"] if wait_s == 0 else []))
+    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: _timings(1.0))
+    monkeypatch.setattr(grade_perf, "submission_running", lambda: None)
+    with pytest.raises(grade_perf.SubmissionWork, match="a process your code started computed on the GPU"):
+        grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    result = grade_perf.submission_failure(grade_perf.SubmissionWork("x"))
+    assert result.status == "failed" and not result.figures.get("gpu_shared")

@@ -105,3 +105,185 @@ def test_an_sdpa_backend_this_machine_lacks_is_named_and_left_out(monkeypatch):
     with pytest.raises(runtime.NotTimedHere, match="not timed apart while the grader runs"):
         attn_ops.sdpa_with_backend("MATH")(q, q, q, False)
     assert set(attn_ops.SDPA_BACKENDS.values()) <= {"CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing that a submission cannot escape: the parts that need no GPU, with fakes of the profiler's events.
+
+
+def test_busy_time_is_the_union_of_the_kernels_on_every_stream():
+    # Two streams overlapping (0-10 and 5-20 us), a gap, then one kernel (30-35 us): 25 us busy.
+    assert timing.busy_ms([(30, 35), (0, 10), (5, 20)]) == pytest.approx(0.025)
+    assert timing.busy_ms([(0, 10), (2, 4)]) == pytest.approx(0.010)  # one inside another counts once
+    assert timing.busy_ms([]) == 0.0
+
+
+def test_device_intervals_take_every_gpu_event_whatever_its_name():
+    import torch
+
+    def event(kind, start, end, name):
+        return type("E", (), {"device_type": kind, "name": name,
+                              "time_range": type("R", (), {"start": start, "end": end})()})()
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [event(cuda, 0, 7, "triton_poi_fused_0"), event(cuda, 3, 9, "void at::native::vectorized_elementwise"),
+              event(cuda, 20, 21, "Memcpy DtoD"), event(cpu, 0, 500, "aten::add")]
+    assert timing.device_intervals(events) == [(0, 7), (3, 9), (20, 21)]
+    assert timing.busy_ms(timing.device_intervals(events)) == pytest.approx(0.010)
+
+
+def test_work_the_profiler_saw_beyond_the_timed_time_is_an_impossible_measurement():
+    assert timing.escaped_work(timed_ms=0.100, work_ms=0.095) is None  # profiled warm, timed with L2 flushed
+    assert timing.escaped_work(timed_ms=0.100, work_ms=0.118) is None  # noise
+    why = timing.escaped_work(timed_ms=0.002, work_ms=0.100)  # a side stream the events did not see
+    assert why.startswith("impossible measurement: work escaped the timer") and "0.1000 ms" in why
+
+
+def test_timed_calls_rotate_the_input_sets_and_keep_a_few_outputs_at_random():
+    seen = []
+
+    def fn(x):
+        seen.append(x)
+        return [x]
+
+    calls = timing.SampledCalls(fn, [(0,), (1,), (2,)], keep=3, seed=1)
+    for _ in range(300):
+        calls()
+    assert seen[:6] == [0, 1, 2, 0, 1, 2]
+    assert len(calls.kept) == 3 and calls.calls == 300
+    picked = sorted(n for _, n, _ in calls.kept)
+    assert picked[-1] > 3, "the reservoir keeps later calls, not only the first ones"
+    assert all(out == [i] for i, _, out in calls.kept)  # each kept output with the set it was computed for
+
+
+def test_a_call_that_does_less_when_timed_is_found_among_the_sampled_outputs():
+    import torch
+
+    state = {"n": 0}
+
+    def lazy_when_repeated(x):  # right once (the grader's first check), garbage after
+        state["n"] += 1
+        return x * 2 if state["n"] == 1 else torch.empty_like(x).fill_(0)
+
+    sets = [(torch.ones(4) * k,) for k in (1, 2, 3)]
+    lazy_when_repeated(*sets[0])
+    calls = timing.SampledCalls(lazy_when_repeated, sets, keep=3, seed=7)
+    for _ in range(50):
+        calls()
+
+    def problem(i, out):
+        return None if torch.equal(out, sets[i][0] * 2) else f"set {i} wrong"
+    assert calls.verify(problem) is not None
+    honest = timing.SampledCalls(lambda x: x * 2, sets, keep=3, seed=7)
+    for _ in range(50):
+        honest()
+    assert honest.verify(problem) is None
+
+
+def test_two_timed_calls_returning_one_storage_are_a_cache():
+    import torch
+
+    stored = {}
+
+    def cached(x):
+        return stored.setdefault(id(x), x * 2)
+
+    sets = [(torch.ones(4),), (torch.zeros(4),)]
+    calls = timing.SampledCalls(cached, sets, keep=3, seed=3)
+    for _ in range(20):
+        calls()
+    why = calls.verify(lambda i, out: None)
+    assert why is not None and "same output storage" in why
+
+
+def test_rates_above_the_hardware_are_impossible_whatever_the_exercise_is_graded_against():
+    import types
+
+    ex = type("Ex", (), {"bytes": staticmethod(lambda x: 2 * 2**30), "flops": None})()
+    prof = types.SimpleNamespace(copy_gbps=3000.0, matmul_tflops={"bf16": 700.0})  # a device profile's figures
+    baseline = grade_perf.Peak("baseline", None, 0, None, "")
+    # 2 GiB in 0.75 ms is 2863 GB/s: below the ceiling. In 0.005 ms: 143x it.
+    assert grade_perf.impossible_rate(ex, (None,), 0.75, prof, "bf16", baseline, 1.0, 0.15) is None
+    why = grade_perf.impossible_rate(ex, (None,), 0.005, prof, "bf16", baseline, 1.0, 0.15)
+    assert why.startswith("impossible measurement: work escaped the timer") and "copy bandwidth" in why
+    compute = type("Ex", (), {"bytes": None, "flops": staticmethod(lambda x: 1e12)})()
+    assert "matmul rate" in grade_perf.impossible_rate(compute, (None,), 0.1, prof, "bf16", baseline, 1.0, 0.15)
+
+
+def test_no_report_shows_a_fraction_of_a_physical_peak_above_one_as_a_pass():
+    from autograder.report import FAILED, PASSED, CriterionResult
+
+    r = CriterionResult("performance", PASSED, "fast", {"fraction_of_peak": 1.4, "peak_kind": "copy"})
+    assert r.status == FAILED and r.message.startswith("impossible measurement")
+    ok = CriterionResult("performance", PASSED, "fast", {"fraction_of_peak": 1.4, "peak_kind": "baseline"})
+    assert ok.status == PASSED  # a baseline's speed (SDPA's, torch.argmax's) can be beaten
+
+
+def test_a_result_torch_computed_beside_a_do_nothing_kernel_is_not_from_the_kernels():
+    """The no-op check: with every Triton launch skipped, the honest kernel's output is poison; a result torch
+    computed (here with the grader's dispatch modes switched off) is still right, and is named."""
+    import torch
+    import triton
+    import triton.language as tl
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from autograder import specs
+    from autograder.criteria.cases import case_inputs
+    from autograder.criteria.outputs import as_tuple
+    from kernels.fused_chain import fused_chain
+
+    @triton.jit
+    def _touch(x_ptr, n):
+        pid = tl.program_id(0)
+        tl.load(x_ptr + pid, mask=pid < n)
+
+    def cheat(x, bias, alpha):
+        with _disable_current_modes():
+            y = (alpha * torch.nn.functional.silu(x.float() + bias.float())).to(x.dtype)
+        _touch[(1,)](y, 1)
+        return y
+
+    ex = specs.get("01.fused_chain")
+    inputs = case_inputs(ex, ex.shapes[0], torch.float32, 5)
+    expected = as_tuple(ex.reference(**inputs))
+    assert grade_perf.from_your_kernels(ex, fused_chain, inputs, expected) is None
+    why = grade_perf.from_your_kernels(ex, cheat, inputs, expected)
+    assert why is not None and "the result does not come from your kernels" in why
+    # The launch entry points are back afterwards: the kernel runs again.
+    assert as_tuple(fused_chain(**inputs))[0].sub(expected[0]).abs().max() < 1e-4
+
+
+def test_tensor_subclasses_and_placeholders_are_refused_by_name():
+    import torch
+
+    class Lazy(torch.Tensor):
+        pass
+
+    ex = type("Ex", (), {"function": "rmsnorm"})()
+    assert grade_perf.not_plain(ex, (torch.ones(2),)) is None
+    why = grade_perf.not_plain(ex, (torch.ones(2).as_subclass(Lazy),))
+    assert "not a plain torch.Tensor" in why and "Lazy" in why
+
+
+def test_a_thread_the_submission_started_is_named_before_timing_library_threads_are_not():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="library-like", daemon=True)  # stdlib code: not the submission's
+    t.start()
+
+    def loads_the_gpu_between_calls():
+        stop.wait()
+
+    mine = threading.Thread(target=loads_the_gpu_between_calls, name="worker", daemon=True)
+    try:
+        assert not any("library-like" in s for s in grade_perf.submission_threads())
+        mine.start()
+        found = grade_perf.submission_threads()
+        assert any("loads_the_gpu_between_calls" in s for s in found)
+        assert "a thread your code started is still running" in grade_perf.submission_running()
+    finally:
+        stop.set()
+        t.join()
+        mine.join()
+    assert grade_perf.submission_threads() == []

@@ -23,7 +23,8 @@ from autograder.criteria.cases import (
     student_error,
     sync,
 )
-from autograder.criteria.performance import copy_peak, measure, not_measured, shared_gpu
+from autograder.criteria.performance import (SubmissionWork, copy_peak, measure, not_measured, shared_gpu,
+                                              submission_failure)
 from autograder.guard.secret import EXTRA_SIZES
 from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.measure import device as device_mod
@@ -260,7 +261,10 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     del before
     args = [lists[n] for n in ex.arg_names] + [step] + list(hyper.values())
     peak = copy_peak(prof)
-    t, why = measure(lambda: fn(*args), lambda: ex.eager(*args), peak, in_graph=False)
+    try:
+        t, why = measure(lambda: fn(*args), lambda: ex.eager(*args), peak, in_graph=False)
+    except SubmissionWork as exc:
+        return submission_failure(exc)
     peak.call = None
     if t is None:
         return shared_gpu(cfg, why)

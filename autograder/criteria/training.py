@@ -17,7 +17,8 @@ import torch
 from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
-from autograder.criteria.performance import copy_peak, measure, not_measured, shared_gpu
+from autograder.criteria.performance import (SubmissionWork, copy_peak, measure, not_measured, shared_gpu,
+                                              submission_failure)
 from autograder.guard import integrity
 from autograder.guard.watch import TritonLaunches
 from autograder.measure.timing import extra_bytes
@@ -219,7 +220,10 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     compiled()  # compilation stays out of the timing
     prof = device_mod.profile(progress=False)
     peak = copy_peak(prof)
-    t, why = measure(yours, compiled, peak, in_graph=False)
+    try:
+        t, why = measure(yours, compiled, peak, in_graph=False)
+    except SubmissionWork as exc:
+        return submission_failure(exc)
     peak.call = None
     if t is None:
         return shared_gpu(cfg, why)

@@ -38,6 +38,9 @@ class Sharing:
     others: list[str] = dataclasses.field(default_factory=list)  # "pid 1234 (2.1 GiB)"
     utilization: int | None = None  # percent, sampled while this process was idle
     active: list[str] = dataclasses.field(default_factory=list)  # others that computed in the window asked about
+    # Processes this one started (the submission's: it runs in this process) that computed in that window: not a
+    # neighbour, and never a reason to grade again later (the performance criterion fails them by name).
+    spawned: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def shared(self) -> bool:
@@ -102,6 +105,12 @@ def _active_since(pynvml, handle, since_us: int, ours: set[int]) -> list[str]:
     return [f"pid {pid}" for pid in busy]
 
 
+def _split_spawned(active: list[str], children: set[int]) -> tuple[list[str], list[str]]:
+    """(neighbours, processes this one started) among the active "pid N" entries."""
+    mine = [a for a in active if int(a.split()[1]) in children]
+    return [a for a in active if a not in mine], mine
+
+
 def read(nvml=None, since_us: int | None = None) -> Sharing:
     """The GPU's other users now; with since_us, also the ones that computed since then. nvml: the pynvml module
     (tests pass a stand-in)."""
@@ -127,7 +136,10 @@ def read(nvml=None, since_us: int | None = None) -> Sharing:
                     others.append(f"pid {p.pid}" + (f" ({used / 2**30:.1f} GiB)" if isinstance(used, int) else ""))
         utilization = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
         active = _active_since(pynvml, handle, since_us, ours) if since_us is not None else []
-        return Sharing(True, others, utilization, active)
+        children = set(descendants())
+        active, spawned = _split_spawned(active, children)
+        others = [o for o in others if int(o.split()[1]) not in children]
+        return Sharing(True, others, utilization, active, spawned)
     except Exception:  # noqa: BLE001  a query this driver does not answer
         return Sharing(readable=False)
     finally:
@@ -159,17 +171,26 @@ def _lock_path() -> Path:
     return Path(tempfile.gettempdir()) / f"fusion-course-timing-{key.replace('/', '-')}.lock"
 
 
+_HELD_HERE: set[int] = set()  # descriptors through which the grader itself holds a timing lock in this process
+
+
 @contextlib.contextmanager
 def timing_lock(wait_s: float = LOCK_WAIT_S, path: Path | None = None, sleep=time.sleep):
     """Held by one course grading at a time per GPU while it measures performance; yields True once held, or
-    False when another grading kept it for wait_s. Where file locks do not exist (Windows), yields True."""
+    False when another grading kept it for wait_s. Where file locks do not exist (Windows), yields True.
+    Raises LockedBySubmission at once when the holder is this process (not through this function) or a process it
+    started: the submission took the lock so that its kernel would never be timed, and nothing is waited for."""
     try:
         import fcntl
     except ImportError:
         yield True
         return
     path = path or _lock_path()
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # read-only: another user's lock file still locks
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # read-only: another user's lock file still locks
+    except OSError:  # made unopenable (a folder in its place, no read permission): time without it, never skip
+        yield True
+        return
     held = False
     try:
         deadline = time.monotonic() + wait_s
@@ -177,13 +198,99 @@ def timing_lock(wait_s: float = LOCK_WAIT_S, path: Path | None = None, sleep=tim
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 held = True
+                _HELD_HERE.add(fd)
                 break
             except BlockingIOError:
+                mine = lock_holders(path) & ({os.getpid()} | set(descendants()))
+                if mine and not _HELD_HERE:  # this process holds it, and not through the grader
+                    raise LockedBySubmission(
+                        f"the grader's timing lock ({path}) is held by this process itself (pid "
+                        f"{', '.join(map(str, sorted(mine)))}), so by the submission: release it") from None
                 if time.monotonic() >= deadline:
                     break
                 sleep(POLL_S)
         yield held
     finally:
         if held:
+            _HELD_HERE.discard(fd)
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the submission started is the submission's: its processes and its hold on the grader's lock are named and
+# failed, never mistaken for a neighbour on a shared GPU.
+
+# Workers that libraries start for themselves (Inductor's compile pool, Triton's), told apart by their command line.
+LIBRARY_CHILDREN = ("torch/_inductor", "compile_worker", "triton", "ipykernel", "jupyter")
+
+
+def descendants(pid: int | None = None) -> dict[int, str]:
+    """{pid: command line} of every live process below pid (this one by default), from /proc; {} where there is
+    no /proc (then nothing can be said, and nothing is failed)."""
+    found, todo = {}, [pid or os.getpid()]
+    while todo and len(found) < 4096:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid not in found:
+                    found[kid] = _cmdline(kid)
+                    todo.append(kid)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def submission_processes(children: dict[int, str] | None = None) -> list[str]:
+    """"pid N (command)" of each live process this one started that is no library's worker: the submission's
+    (the grader starts none while it times)."""
+    children = descendants() if children is None else children
+    return [f"pid {pid} ({cmd[:60] or 'exited'})" for pid, cmd in sorted(children.items())
+            if not any(lib in cmd for lib in LIBRARY_CHILDREN)]
+
+
+class LockedBySubmission(RuntimeError):
+    """The grader's timing lock is held by this very process (or one it started): the submission took it."""
+
+
+def lock_holders(path: Path, locks_text: str | None = None) -> set[int]:
+    """The pids holding a lock on the file at path, from /proc/locks (empty where it cannot be read)."""
+    try:
+        st = os.stat(path)
+        text = locks_text if locks_text is not None else Path("/proc/locks").read_text()
+    except OSError:
+        return set()
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    holders = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if "->" in fields:  # a waiter, not a holder
+            continue
+        for i, field in enumerate(fields[:-1]):
+            if field.count(":") == 2 and _same_file(field, want) and i > 0 and fields[i - 1].isdigit():
+                holders.add(int(fields[i - 1]))
+    return holders
+
+
+def _same_file(a: str, b: str) -> bool:
+    """maj:min:inode in /proc/locks (hex device numbers, decimal inode) against ours, however padded."""
+    try:
+        pa, pb = a.split(":"), b.split(":")
+        return (int(pa[0], 16), int(pa[1], 16), int(pa[2])) == (int(pb[0], 16), int(pb[1], 16), int(pb[2]))
+    except (ValueError, IndexError):
+        return False

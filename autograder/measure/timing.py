@@ -116,26 +116,17 @@ def cuda_graph(fn):
     bench_ms(cuda_graph(fn)) times the GPU's work without the host's launch cost, which for a Triton kernel
     launched from Python is tens of microseconds: more than a small kernel itself takes.
     """
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()  # compilation, autotuning and lazy set-up stay out of the recording
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with recording(graph):
-        fn()
-    return graph.replay
+    return recorded_call(fn)[0]
 
 
 def graph_or_plain(fn):
     """(what to time, None) with fn recorded in a CUDA graph, or (fn, why not) where it cannot be recorded
-    (it synchronises, reads a result on the host, or copies from host memory): the caller says so."""
+    (it synchronises, reads a result on the host, or copies from host memory): the caller says so. A fn with a
+    graphed() method (SampledCalls) records itself, one graph per input set."""
     import torch
 
     try:
-        return cuda_graph(fn), None
+        return (fn.graphed() if hasattr(fn, "graphed") else cuda_graph(fn)), None
     except Exception as exc:  # noqa: BLE001  any capture failure falls back to timing the plain calls
         torch.cuda.synchronize()
         return fn, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
@@ -202,3 +193,156 @@ def gbps(n_bytes: float, ms: float) -> float:
 
 def tflops(n_flops: float, ms: float) -> float:
     return n_flops / (ms * 1e-3) / 1e12
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Timing a submission that may try to escape the timer. The calls timed are audited three ways: the profiler's
+# view of every stream bounds the time from below (device_work_ms), the outputs of calls picked at random while
+# timing are kept and compared afterwards (SampledCalls), and the inputs rotate between sets of different values.
+
+
+def busy_ms(intervals) -> float:
+    """Milliseconds in which at least one of the (start_us, end_us) intervals was running: their union's length.
+    Work on two streams at once counts once; the gaps between kernels count not at all."""
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e3
+
+
+def device_intervals(events) -> list[tuple[float, float]]:
+    """(start_us, end_us) of every kernel, copy and memset a profiler saw on the GPU, whatever its stream or name."""
+    import torch
+
+    cuda = torch.autograd.DeviceType.CUDA
+    return [(e.time_range.start, e.time_range.end) for e in events if e.device_type == cuda]
+
+
+def device_work_ms(fn, calls: int = 3) -> float:
+    """GPU time per call of fn as torch.profiler sees it on every stream: the union of the intervals in which any
+    of this process's kernels ran, over `calls` calls each followed by a synchronize of the whole device, divided
+    by `calls`. A lower bound of what a call costs the GPU: a side stream, a thread of the submission launching
+    between calls, or work finishing after fn returned are all in it."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():  # the profiler's notices are not the student's business
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+                torch.cuda.synchronize()
+    return busy_ms(device_intervals(prof.events())) / calls
+
+
+def escaped_work(timed_ms: float, work_ms: float, noise: float = 0.15, floor_ms: float = 0.005) -> str | None:
+    """Why the timer cannot be right, or None: the GPU ran more kernels per call than the time measured for it
+    (beyond `noise`, a fraction, and `floor_ms` of clock skew). Timed with the L2 flushed between calls and
+    profiled without, an honest call is profiled at or below its timed figure."""
+    if work_ms > timed_ms * (1 + noise) + floor_ms:
+        return (f"impossible measurement: work escaped the timer. The profiler saw {work_ms:.4f} ms of GPU work a "
+                f"call (kernels on every stream, one call at a time with the whole device synchronized), but the "
+                f"timed calls took {timed_ms:.4f} ms each: part of the work runs on a side stream, in a thread, "
+                "after the function returns, or only when it is not timed")
+    return None
+
+
+class SampledCalls:
+    """fn called on a rotation of input sets (values that differ from set to set), keeping the outputs of `keep`
+    calls picked at random among all calls made (reservoir sampling, seeded from os.urandom): what was timed is
+    checked afterwards with verify(), so a call that did less because it was timed is found whichever it was.
+    Keeping a reference costs the GPU nothing; the comparison happens after timing.
+
+    graphed(): the same over one CUDA graph per input set, replayed in turn (the time_in_cuda_graph exercises);
+    each graph's output, as its last replay left it, is then what verify() checks."""
+
+    def __init__(self, fn, arg_sets: list[tuple], keep: int = 3, seed: int | None = None):
+        import os
+        import random
+
+        if not arg_sets:
+            raise ValueError("SampledCalls needs at least one set of arguments")
+        self.fn, self.arg_sets, self.keep = fn, [tuple(a) for a in arg_sets], keep
+        self.calls = 0
+        self.kept: list[tuple[int, int, object]] = []  # (input set, call number, output)
+        self._rng = random.Random(int.from_bytes(os.urandom(8), "little") if seed is None else seed)
+        self.graph_outputs: list[tuple[int, object]] | None = None
+
+    def __call__(self):
+        i = self.calls % len(self.arg_sets)
+        self.calls += 1
+        out = self.fn(*self.arg_sets[i])
+        if len(self.kept) < self.keep:
+            self.kept.append((i, self.calls, out))
+        else:
+            j = self._rng.randrange(self.calls)
+            if j < self.keep:
+                self.kept[j] = (i, self.calls, out)
+        return out
+
+    def graphed(self):
+        """A function of no arguments replaying one CUDA graph per input set in turn (recorded here)."""
+        replays, outputs = [], []
+        for i, args in enumerate(self.arg_sets):
+            replay, out = recorded_call(lambda a=args: self.fn(*a))
+            replays.append(replay)
+            outputs.append((i, out))
+        self.graph_outputs = outputs
+        turn = [0]
+
+        def replay_next():
+            k = turn[0] % len(replays)
+            turn[0] += 1
+            replays[k]()
+        return replay_next
+
+    def samples(self) -> list[tuple[int, object]]:
+        """(input set, output) of the calls to verify: the kept plain calls, or each graph's output."""
+        if self.graph_outputs is not None:
+            return list(self.graph_outputs)
+        return [(i, out) for i, _, out in self.kept]
+
+    def verify(self, problem) -> str | None:
+        """The first problem(set, output) -> str | None found among the samples, with which call it was; also
+        two kept calls returning one storage (only a cache can: both outputs are alive)."""
+        import torch
+
+        if self.graph_outputs is None:
+            seen = {}
+            for i, n, out in self.kept:
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(t, torch.Tensor) and t.numel():
+                        ptr = t.untyped_storage().data_ptr()
+                        if ptr in seen and seen[ptr] != n:
+                            return (f"timed calls {seen[ptr]} and {n} returned the same output storage: the timed "
+                                    "calls return a stored result (a cache), not one computed for their inputs")
+                        seen[ptr] = n
+        for i, out in self.samples():
+            why = problem(i, out)
+            if why:
+                return why
+        return None
+
+
+def recorded_call(fn):
+    """(replay, output): fn() recorded once in a CUDA graph (after a warm-up call on a side stream), and the
+    tensor(s) the recorded call returned, which every replay writes again."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # compilation, autotuning and lazy set-up stay out of the recording
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with recording(graph):
+        out = fn()
+    return graph.replay, out
