@@ -11,7 +11,7 @@ import torch
 
 from autograder import config as config_mod
 from autograder import runtime
-from autograder.guard import integrity
+from autograder.guard import deadline, integrity
 from autograder import specs as registry
 from autograder.criteria import warmup
 from autograder.guard import fingerprint
@@ -55,9 +55,14 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
         graders = grade_numeric.GRADERS
     problem = check_callable(ex, fn)
     notes = []
+    limit = deadline.limit_s(cfg)
     if not problem:
-        with quiet(), contextlib.redirect_stdout(io.StringIO()):  # the graded calls print it again
-            _, broken = warmup.compile_ahead(ex, fn, chosen)
+        broken = []
+        try:
+            with quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit):
+                _, broken = warmup.compile_ahead(ex, fn, chosen)  # the graded calls print it again
+        except deadline.CriterionTimeout:
+            notes.append(f"the first calls of {ex.function} (compiling ahead) took more than {limit:.0f} s")
         notes += [f"{ex.function} broke the GPU's CUDA context on its first call at {case} (an access far out of "
                   "bounds?): the cases graded after it could not run" for case in broken[:3]]
     TritonLaunches.ran.clear()
@@ -69,7 +74,10 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
         started = time.perf_counter()
         with quiet() as noise:
             try:
-                result = graders[name](ex, fn, cfg)
+                with deadline.time_limit(limit):
+                    result = graders[name](ex, fn, cfg)
+            except deadline.CriterionTimeout as exc:  # recorded, and the next criterion is graded
+                result = CriterionResult(name, FAILED, deadline.timed_out_message(name, exc.seconds))
             except Exception as exc:  # a grader bug must still produce a result, not a crash
                 result = CriterionResult(name, FAILED, _grader_failure(exc))
         result.seconds = round(time.perf_counter() - started, 2)

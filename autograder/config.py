@@ -17,6 +17,7 @@ class GradingConfig:
     secret_seed: int = 0
     require_performance: bool = False
     performance: dict = dataclasses.field(default_factory=dict)  # exercise id -> {setting: value}
+    criterion_timeout_s: float = 0.0  # the time limit per criterion; 0: 300 s on a GPU, 600 s in the interpreter
     source: str = ""
 
     def perf_setting(self, exercise_id: str, key: str, default: float, part: str | None = None) -> float:

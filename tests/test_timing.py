@@ -287,3 +287,50 @@ def test_a_thread_the_submission_started_is_named_before_timing_library_threads_
         t.join()
         mine.join()
     assert grade_perf.submission_threads() == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A time limit per criterion.
+
+
+def test_a_criterion_past_its_limit_is_interrupted_even_through_a_bare_except():
+    import time
+
+    from autograder.guard import deadline
+
+    started = time.monotonic()
+    with pytest.raises(deadline.CriterionTimeout):
+        with deadline.time_limit(0.2):
+            try:
+                time.sleep(30)
+            except BaseException:  # noqa: BLE001  a submission swallowing the first interruption
+                pass
+            time.sleep(30)  # the next one comes REPEAT_S later
+    assert time.monotonic() - started < 5
+
+
+def test_a_timed_out_criterion_is_recorded_and_the_others_still_graded(monkeypatch, tmp_path):
+    import time
+
+    from autograder import check
+    from autograder.criteria import warmup
+    from kernels.fused_chain import fused_chain
+
+    settings = tmp_path / "grading.toml"
+    settings.write_text("criterion_timeout_s = 8\n")  # fusion itself takes seconds in the interpreter
+    monkeypatch.setenv("FUSION_COURSE_GRADING", str(settings))
+    monkeypatch.setattr(warmup, "compile_ahead", lambda ex, fn, chosen: ([], []))
+    calls = {"n": 0}
+
+    def hangs_in_correctness(x, bias, alpha):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            time.sleep(600)  # stands for a hang (or a compile storm) in the first criterion graded
+        return fused_chain(x, bias, alpha)
+
+    started = time.monotonic()
+    report = check("01.fused_chain", hangs_in_correctness, criteria=["correctness", "fusion"])
+    assert time.monotonic() - started < 120
+    assert report["correctness"].status == "failed"
+    assert report["correctness"].message.startswith("timed out in correctness")
+    assert report["fusion"].status == "passed", report["fusion"].message
