@@ -3,11 +3,13 @@ repaired so that Inductor can fuse it, and launch settings tuned per shape."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from autograder.specs import vertical_fusion as rn
 from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import CompiledExercise, KernelExercise, Shape
+from autograder.specs.exercise import CompiledExercise, KernelExercise, NumericExercise, Shape
 
 
 # ---------------------------------------------------------------- the torch side: fake_quant
@@ -71,6 +73,56 @@ NOTEBOOK = "06_compiler_fusion"
 
 
 EPS = 1e-5
+
+
+# --- 0. Predict, then measure: the bytes of section 1's two chains -----------------------------------------
+
+def predicted_traffic_reference(rows: int, cols: int, elem_bytes: int) -> tuple[int, int, int]:
+    """(eager gelu(x + b) + r, Inductor's fused kernel for it, Inductor's fused RMSNorm) in bytes, for x and r
+    (rows, cols) and b, w (cols,), all of elem_bytes. Eager: the add reads x and b and writes t, GELU reads t and
+    writes u, the second add reads u and r and writes y. Fused: each input read once, the output written once."""
+    x = rows * cols * elem_bytes
+    vec = cols * elem_bytes
+    return 7 * x + vec, 3 * x + vec, 2 * x + vec
+
+
+def _traffic_cases(rng):
+    cases = [(16384, 4096, 2), (1, 1, 4)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 20000), rng.randint(1, 9000), rng.choice([1, 2, 4, 8])))
+    return cases
+
+
+def _diagnose_traffic(args, got, expected):
+    rows, cols, e = args
+    x, vec = rows * cols * e, cols * e
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-9)  # noqa: E731
+    if all(close(g, want / e) for g, want in zip(got, expected)):
+        return "the counts are in elements: multiply by elem_bytes"
+    if close(got[0], 7 * x) or close(got[1], 3 * x) or close(got[2], 2 * x):
+        return "the bias b and the weight w are read too: cols * elem_bytes each"
+    if close(got[0], 6 * x + vec) or close(got[0], 5 * x + vec):
+        return "eager's second add reads two tensors (u and r) and writes y: 3|x|; the first reads x and b, writes t"
+    if close(got[1], 2 * x + vec):
+        return "the fused chain still reads the residual r: x and r in, y out"
+    if close(got[2], 3 * x + vec) or close(got[2], 18 * x):
+        return "Inductor's RMSNorm holds a row in registers (a persistent reduction): x read once, y written once"
+    return None
+
+
+PREDICT_TRAFFIC = NumericExercise(
+    id="06.predict_traffic",
+    notebook=NOTEBOOK,
+    function="predicted_traffic",
+    signature="predicted_traffic(rows, cols, elem_bytes) -> (eager_chain_bytes, fused_chain_bytes, fused_rmsnorm_bytes)",
+    summary="The bytes eager PyTorch moves for gelu(x + b) + r, and those Inductor's fused kernels must move for it "
+            "and for an RMSNorm written op by op: the prediction the notebook then times.",
+    criteria=("correctness",),
+    cases=_traffic_cases,
+    reference=predicted_traffic_reference,
+    rtol=1e-9,
+    diagnose=_diagnose_traffic,
+)
 
 
 # --- 1. A Triton kernel inside a compiled model: RMSNorm as a custom operator --------------------------------
@@ -263,4 +315,4 @@ ROW_ARGMAX = KernelExercise(
                 "larger value, and combine the lanes by the smallest position", _last_among_equals),),
 )
 
-EXERCISES = [RMSNORM_OP, FAKE_QUANT, ROW_ARGMAX]
+EXERCISES = [PREDICT_TRAFFIC, RMSNORM_OP, FAKE_QUANT, ROW_ARGMAX]
