@@ -43,6 +43,9 @@ def configure() -> bool:
     if not on_gpu:
         _autotune_in_interpreter()
         _no_launch_on_fake_tensors()
+        from autograder.guard import memcheck
+
+        memcheck.install()  # an access out of bounds raises instead of corrupting this process
     if on_gpu and os.environ.get(MEMORY_GB_ENV):
         _cap_memory(os.environ[MEMORY_GB_ENV])
     if not on_gpu and not _announced:

@@ -80,7 +80,7 @@ def student_error(exc: BaseException, function: str) -> str:
     while root.__cause__ is not None:
         root = root.__cause__
     reason = reason_line(root)
-    if reason and reason != text:
+    if reason and reason not in (text, f"{type(exc).__name__}: {text}"):
         text += f" ... {reason}"
     return f"{function} raised {type(exc).__name__}: {text}{where}{hint_for(exc)}"
 

@@ -10,7 +10,7 @@ import torch
 from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_inputs, case_seed, count_gpu_kernels, student_error, sync
-from autograder.criteria.outputs import as_outputs
+from autograder.criteria.outputs import as_outputs, out_of_bounds_first
 from autograder.guard.watch import TritonLaunches, Watch
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
@@ -20,6 +20,9 @@ def fusion(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     shape = max(ex.shapes, key=lambda s: math.prod(s.dims))
     inputs = case_inputs(ex, shape, torch.float32, case_seed(cfg.secret_seed, "fusion"))
     args = tuple(inputs.values())
+    out_of_bounds = out_of_bounds_first(ex, fn, inputs)
+    if out_of_bounds:
+        return CriterionResult("fusion", FAILED, out_of_bounds)
     try:
         out = fn(*args)  # warm-up: compilation and autotuning stay out of the count
         sync()

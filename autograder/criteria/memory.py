@@ -8,7 +8,7 @@ import torch
 from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_inputs, case_seed, dtype_name, gpu_case_inputs, student_error, sync
-from autograder.criteria.outputs import as_outputs, as_tuple, output_problem, relative_error
+from autograder.criteria.outputs import as_outputs, as_tuple, out_of_bounds_first, output_problem, relative_error
 from autograder.guard.watch import TritonLaunches
 from autograder.measure.timing import extra_bytes
 from autograder.report import FAILED, PASSED, CriterionResult
@@ -35,6 +35,9 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     args = tuple(inputs.values())
     bound, materialised = ex.memory_bound(inputs), ex.materialised_bytes(inputs)
     launches = TritonLaunches()
+    out_of_bounds = out_of_bounds_first(ex, fn, inputs)
+    if out_of_bounds:
+        return CriterionResult("memory", FAILED, out_of_bounds)
     try:
         fn(*args)  # warm-up: compilation and autotuning stay out of the measurement
         sync()

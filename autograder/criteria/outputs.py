@@ -11,6 +11,7 @@ import torch
 
 from autograder import runtime
 from autograder.criteria.cases import dtype_name, left_running, student_error, sync
+from autograder.guard import memcheck
 from autograder.guard.watch import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from autograder.specs.exercise import KernelExercise
 
@@ -77,6 +78,16 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = No
         if damage:
             problems.append(f"out-of-bounds write: {damage} (a store without a correct mask?)")
     return out, watch, problems
+
+
+def out_of_bounds_first(ex: KernelExercise, fn, inputs: dict) -> str | None:
+    """Where the interpreter's loads and stores are not bounds-checked (guard.memcheck could not install), a call
+    on plain tensors that writes out of bounds corrupts this process: before such calls, one call on guard-padded
+    copies, whose out-of-bounds writes are returned (None when there are none, or when the check is in place)."""
+    if not runtime.interpreted() or memcheck.installed():
+        return None
+    _, _, problems = guarded_call(ex, fn, inputs)
+    return "; ".join(p for p in problems if "out-of-bounds" in p) or None
 
 
 def aliases_an_input(ex: KernelExercise, value, inputs: dict) -> str | None:
