@@ -20,6 +20,8 @@ def main(argv=None) -> int:
     p_check.add_argument("--timeout", type=float, default=None, help="seconds per notebook (default 1800)")
     p_check.add_argument("--criteria", default=None, help="comma-separated criteria to grade (default: all)")
     p_check.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
+    p_check.add_argument("--only", action="append", default=None, metavar="ID[,ID...]",
+                         help="grade only these exercises (e.g. 02.rmsnorm); repeat or separate with commas")
     p_class = sub.add_parser("grade-class", help="nbgrader autograde for every student, each in its own process")
     p_class.add_argument("assignment")
     p_class.add_argument("--timeout", type=float, default=3600, help="seconds per student (default 3600)")
@@ -94,11 +96,22 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    only = [i.strip() for arg in args.only or () for i in arg.split(",") if i.strip()] or None
+    if only:
+        held = {p: [ex.id for ex in checker.notebook_exercises(p)] for p in paths}
+        unknown = [i for i in only if not any(i in ids for ids in held.values())]
+        if unknown:
+            listing = "; ".join(f"{p.name}: {', '.join(ids)}" for p, ids in held.items())
+            print(f"error: no exercise {', '.join(unknown)} in the notebook(s) given; their exercises are {listing}",
+                  file=sys.stderr)
+            return 2
+        paths = [p for p in paths if any(i in held[p] for i in only)]
     results = []
     for p in paths:
         echo = None if (args.quiet or args.json) else (lambda line: print("  | " + line, flush=True))
         print(f"checking {p} ...", file=sys.stderr if args.json else sys.stdout, flush=True)
-        results.append(checker.run(p, timeout=args.timeout or checker.DEFAULT_TIMEOUT, criteria=criteria, echo=echo))
+        results.append(checker.run(p, timeout=args.timeout or checker.DEFAULT_TIMEOUT, criteria=criteria, echo=echo,
+                                   only=only))
     if args.json:
         print(json.dumps([checker.to_json(r) for r in results], indent=1, default=str))
     else:

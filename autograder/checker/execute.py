@@ -1,6 +1,6 @@
 """Run a notebook's code without Jupyter and grade the exercises it holds (the child side of the checker).
 
-    python -m autograder.checker.execute NOTEBOOK.ipynb RESULT.json [criteria,...]
+    python -m autograder.checker.execute NOTEBOOK.ipynb RESULT.json [criteria,...] [exercise ids,...]
 
 Code cells run in order in one namespace, as a kernel would run them, except nbgrader's graded test cells
 (those call check() themselves). A cell that raises is recorded and the next one runs, the way "Run All"
@@ -30,9 +30,21 @@ def _failed_report(exercise_id: str, criteria: list[str], reason: str) -> dict:
     return {"exercise": exercise_id, "passed": False, "results": results}
 
 
+_NOT_DONE = "raised NotImplementedError: the exercise is not done yet"  # criteria.cases.student_error's words
+
+
+def _not_started(report) -> bool:
+    """True when every criterion that ran stopped at the release's placeholder (raise NotImplementedError())."""
+    failed = [r for r in report.results if r.status == "failed"]
+    every_case = all(r.figures.get("failed", 0) >= r.figures.get("cases", 0) - 1 for r in failed)  # the cache probe
+    return bool(failed) and every_case and not any(r.status == "passed" for r in report.results) \
+        and all(_NOT_DONE in r.message for r in failed)
+
+
 def main(argv: list[str]) -> int:
     nb_path, out_path = Path(argv[0]).resolve(), Path(argv[1])
     criteria = argv[2].split(",") if len(argv) > 2 and argv[2] else None
+    ids = argv[3].split(",") if len(argv) > 3 and argv[3] else None
     # Plain JSON, not nbformat: the checker must run where Jupyter is not installed (a bare GPU machine).
     nb = json.loads(nb_path.read_text())
     os.chdir(nb_path.parent)
@@ -70,17 +82,19 @@ def main(argv: list[str]) -> int:
 
     integrity.restore()  # the grader as recorded, whatever the cells did to it (check() names what they did)
     reports = []
-    for ex in registry.for_notebook(nb_path.stem):
+    for ex in [registry.get(i) for i in ids] if ids else registry.for_notebook(nb_path.stem):
         chosen = [c for c in (criteria or ex.criteria) if c in ex.criteria]
         if not chosen:
             continue
         fn = namespace.get(ex.function)
         print(f"[grade] {ex.id} ...", flush=True)
         if fn is None:
-            reason = f"{ex.function} is not defined in the notebook"
             raised = [e for e in cell_errors if ex.function in e["defines"]]
-            if raised:
-                reason += f": the cell that defines it raised {raised[0]['error']}"
+            if not raised or raised[0]["error"].startswith("NotImplementedError"):
+                print(f"[grade] {ex.id}: not started ({ex.function} is not defined)", flush=True)
+                reports.append(dict(_failed_report(ex.id, chosen, f"{ex.function} is not defined"), not_started=True))
+                continue
+            reason = f"{ex.function} is not defined in the notebook: the cell that defines it raised {raised[0]['error']}"
             reports.append(_failed_report(ex.id, chosen, reason))
             continue
         started = time.time()
@@ -91,6 +105,10 @@ def main(argv: list[str]) -> int:
             continue
         took = ", ".join(f"{r.name} {r.seconds:.1f}" for r in report.results if r.seconds is not None)
         print(f"[grade] {ex.id} done in {time.time() - started:.1f} s ({took})", flush=True)
+        if _not_started(report):
+            print(f"[grade] {ex.id}: not started ({ex.function} {_NOT_DONE})", flush=True)
+            reports.append(dict(report.to_dict(), not_started=True))
+            continue
         print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
         reports.append(report.to_dict())
     shutil.rmtree(cells_dir, ignore_errors=True)
