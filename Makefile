@@ -20,7 +20,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test corpus course handout bench device check grade clean browser screenshots docs
+.PHONY: lab test corpus course handout bench device check grade clean browser sandbox screenshots docs
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -64,16 +64,28 @@ browser:
 	    || echo "could not install chromium: the browser tests will be skipped"; \
 	else echo "no chromium here (and not root on Debian): the browser tests will be skipped"; fi
 
-test: $(STAMP) browser
+# grade-class runs each student's notebook in a bubblewrap sandbox (autograder/guard/sandbox.py): Debian's bubblewrap,
+# installed here when missing and this is root on Debian; otherwise grade-class says why and grades without it.
+sandbox:
+	@if command -v bwrap >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "==> installing bubblewrap, the students' sandbox in grade-class"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+	    || echo "could not install bubblewrap: grade-class will grade without its sandbox"; \
+	else echo "no bwrap here (and not root on Debian): grade-class will grade without its sandbox"; fi
+
+test: $(STAMP) browser sandbox
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --durations=20 $(PYTEST_ARGS)
 
 # Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
 corpus: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/test_corpus.py tests/test_corpus_class.py $(PYTEST_ARGS)
 
-# Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader.
+# Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader; give the
+# course a secret seed of its own the first time (.grading-secret.toml beside grading.toml, git-ignored).
 course: $(STAMP)
 	$(BIN)/python -m autograder.publish.build
+	$(BIN)/python -m autograder.classroom.secret grading.toml
 
 # What an instructor hands out, in dist/handout/: the release notebooks and the grader as a wheel, with none of
 # the reference solutions (only the teaching modules of kernels/). Its README says how students install it.
@@ -91,9 +103,11 @@ device: $(STAMP)
 	$(BIN)/python -m autograder device
 
 # Grade every submission of one assignment, each student in a process of its own: make grade ASSIGNMENT=01_hbm_cost_model
-grade: $(STAMP)
-	@test -n "$(ASSIGNMENT)" || (echo "usage: make grade ASSIGNMENT=<name>"; exit 2)
-	$(BIN)/python -m autograder grade-class $(ASSIGNMENT)
+# [GRADE_ARGS="--gpus all --anonymous"]. Results go to grading/; exit 0 once every student is recorded.
+GRADE_ARGS ?=
+grade: $(STAMP) sandbox
+	@test -n "$(ASSIGNMENT)" || (echo "usage: make grade ASSIGNMENT=<name> [GRADE_ARGS=...]"; exit 2)
+	$(BIN)/python -m autograder grade-class $(ASSIGNMENT) $(GRADE_ARGS)
 
 # The README's pictures of what a student and an instructor see, taken by the browser tests.
 screenshots: $(STAMP) browser

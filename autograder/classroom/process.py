@@ -1,4 +1,5 @@
-"""One student's grading process, seen from the class run: its private environment, its start and time limit, the
+"""One student's grading process, seen from the class run: its private environment, its sandbox (guard.sandbox:
+nothing outside its workspace writable, no network, no other process visible), its start and time limit, the
 clean-up of what it leaves behind, and its result read back as a status and a reason."""
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import threading
 from pathlib import Path
 
 from autograder import runtime
-from autograder.classroom.course import CRASHED, GRADED, TIMED_OUT
+from autograder.classroom.course import CRASHED, GRADED, NOT_RUN, TIMED_OUT
 from autograder.config import ENV_VAR
-from autograder.guard import procs
+from autograder.guard import procs, sandbox
 from autograder.publish.build import tool_env
 
 
@@ -36,7 +37,7 @@ def child_env(work: Path, grading_file: Path) -> dict:
     env[ENV_VAR] = str(work / ".grading.toml")
     env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
     private = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "IPYTHONDIR": "ipython",
-               "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib"}
+               "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib", "CUDA_CACHE_PATH": "nv"}
     for var, name in private.items():
         env[var] = str(work / ".private" / name)
     seed_font_cache(work / ".private" / "matplotlib")
@@ -83,19 +84,29 @@ class Running:
 
 
 def grade_one(work: Path, assignment: str, student: str, timeout: float, grading_file: Path,
-              extra_env: dict | None = None, running: Running | None = None) -> tuple[str, str]:
+              extra_env: dict | None = None, running: Running | None = None,
+              sandboxing: str | None = None) -> tuple[str, str]:
     """(status, reason): nbgrader's autograde of one student in its workspace, in a process of its own.
 
     extra_env: what this student's process gets on top (the GPU it may see). running: the processes of the other
-    students graded at the same time, which the clean-up after this one must leave alone."""
+    students graded at the same time, which the clean-up after this one must leave alone. sandboxing: auto,
+    required or off (default: FUSION_COURSE_SANDBOX, else auto); where the sandbox is required and cannot be
+    made, the student is not run."""
+    work = Path(work).resolve()
+    try:
+        plan = sandbox.choose(sandboxing)
+    except sandbox.SandboxUnavailable as exc:
+        return NOT_RUN, f"{exc}; the next run tries again"
     cmd = [sys.executable, "-m", "autograder.classroom.student", str(work), assignment, student]
+    if plan.use:
+        cmd = sandbox.command(cmd, work, plan.bwrap, hide=[work.parent])
     running = running or Running()
     env = child_env(work, grading_file)
     env.update(extra_env or {})
     with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
         before = procs.children()
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         running.add(proc.pid)
 
     def end_leftovers():
@@ -125,6 +136,7 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
         return GRADED, ""
     if result.get("reason"):
         return CRASHED, result["reason"]
-    if proc.returncode and proc.returncode < 0:
-        return CRASHED, f"the grading process was ended by {procs.signal_meaning(-proc.returncode)}"
+    ended_by = -proc.returncode if proc.returncode < 0 else sandbox.exit_signal(proc.returncode) if plan.use else None
+    if ended_by:
+        return CRASHED, f"the grading process was ended by {procs.signal_meaning(ended_by)}"
     return CRASHED, why_it_failed(result.get("log", "") + result.get("error", "") or output)
