@@ -362,6 +362,7 @@ plt.show()
 @triton.jit
 def _delta_kernel(o_ptr, do_ptr, delta_ptr, H, N, stride_ob, stride_oh, stride_on, stride_od,
                   stride_db, stride_dh, stride_dn, stride_dd, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # delta_i = dO_i · O_i in float32, for BLOCK_M query rows of one head.
     """delta[b, h, i] = sum over d of o[b, h, i, d] * do[b, h, i, d], float32, for BLOCK_M query rows of one
     head; grid (cdiv(N, BLOCK_M), B * H); delta is a contiguous (B, H, N) float32 buffer."""
     # 1. which rows and which head: tl.program_id(0) a block of rows, tl.program_id(1) = b * H + h
@@ -397,6 +398,7 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, H, N, N_
                stride_vb, stride_vh, stride_vn, stride_vd, stride_db, stride_dh, stride_dn, stride_dd,
                stride_gb, stride_gh, stride_gn, qk_scale, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    # Causal: the last query blocks walk the most keys; starting them first keeps the tail short.
     """dQ of BLOCK_M queries of one head: grid (cdiv(N, BLOCK_M), B * H); stride_g* are dq's strides."""
     # 1. load this program's q and do tiles, its lse (times log2 e) and delta; dq = float32 zeros
     # 2. walk the key blocks these queries see, as notebook 05's forward does:
@@ -600,6 +602,9 @@ else:
 @triton.jit
 def _ce_rows_kernel(logits_ptr, dlogits_ptr, t_ptr, loss_ptr, N_ROWS, V, stride_l, stride_g, inv_m,
                     ROWS: tl.constexpr, BLOCK_V: tl.constexpr):
+    # ROWS rows of the chunk (one on a GPU), two passes over their float32 logits. The first finds each row's
+    # log-sum-exp online (per lane: a running max, and a running sum rescaled when the max grows); the second
+    # writes (p - y) / M.
     """ROWS rows of a chunk's float32 logits (N_ROWS, V): adds their (lse - logit[target]) * inv_m to the loss (a
     float32 scalar) and writes dlogits = (softmax - onehot(target)) * inv_m in dlogits' dtype. Grid
     (cdiv(N_ROWS, ROWS),); inv_m = 1 / M, M all the rows of the batch."""
