@@ -278,9 +278,15 @@ def test_processes_the_submission_started_are_found_and_library_workers_are_not(
     import subprocess
     import sys
 
+    import time
+
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
+        deadline = time.monotonic() + 10
         kids = gpu_share.descendants()
+        while "time.sleep(30)" not in kids.get(child.pid, "") and time.monotonic() < deadline:
+            time.sleep(0.05)  # between fork and exec the child has no command line yet
+            kids = gpu_share.descendants()
         assert child.pid in kids and "time.sleep(30)" in kids[child.pid]
         assert any(f"pid {child.pid}" in p for p in gpu_share.submission_processes())
         worker = {1234: "python -m torch/_inductor/compile_worker --workers=8"}

@@ -29,6 +29,8 @@ import hashlib
 import math
 import os
 import random
+import signal
+import statistics
 import sys
 import time
 import types
@@ -87,6 +89,8 @@ def _library_namespaces():
         ("triton.runtime.jit", jit), ("JITFunction", jit.JITFunction), ("KernelInterface", jit.KernelInterface),
         ("InterpretedFunction", interpreter.InterpretedFunction), ("Autotuner", autotuner.Autotuner),
         ("Heuristics", autotuner.Heuristics), ("time", time), ("math", math), ("random", random), ("os", os),
+        # The medians of the timed rounds; the signal calls of the time limit per criterion.
+        ("statistics", statistics), ("signal", signal),
     ]
 
 

@@ -260,7 +260,8 @@ def submission_processes(children: dict[int, str] | None = None) -> list[str]:
     """"pid N (command)" of each live process this one started that is no library's worker: the submission's
     (the grader starts none while it times)."""
     children = descendants() if children is None else children
-    return [f"pid {pid} ({cmd[:60] or 'exited'})" for pid, cmd in sorted(children.items())
+    shown = {pid: (cmd if len(cmd) <= 100 else "..." + cmd[-97:]) or "exited" for pid, cmd in children.items()}
+    return [f"pid {pid} ({shown[pid]})" for pid, cmd in sorted(children.items())
             if not any(lib in cmd for lib in LIBRARY_CHILDREN)]
 
 

@@ -257,8 +257,9 @@ def escaped_work(timed_ms: float, work_ms: float, noise: float = 0.15, floor_ms:
 
 class SampledCalls:
     """fn called on a rotation of input sets (values that differ from set to set), keeping the outputs of `keep`
-    calls picked at random among all calls made (reservoir sampling, seeded from os.urandom): what was timed is
-    checked afterwards with verify(), so a call that did less because it was timed is found whichever it was.
+    calls picked at random among all calls made (reservoir sampling, seeded from os.urandom) and of the latest
+    call on each set: what was timed is checked afterwards with verify(), so a call that did less because it was
+    timed is found whichever it was.
     Keeping a reference costs the GPU nothing; the comparison happens after timing.
 
     graphed(): the same over one CUDA graph per input set, replayed in turn (the time_in_cuda_graph exercises);
@@ -273,6 +274,7 @@ class SampledCalls:
         self.fn, self.arg_sets, self.keep = fn, [tuple(a) for a in arg_sets], keep
         self.calls = 0
         self.kept: list[tuple[int, int, object]] = []  # (input set, call number, output)
+        self.last: dict[int, tuple[int, object]] = {}  # input set -> (call number, output) of its latest call
         self._rng = random.Random(int.from_bytes(os.urandom(8), "little") if seed is None else seed)
         self.graph_outputs: list[tuple[int, object]] | None = None
 
@@ -280,6 +282,7 @@ class SampledCalls:
         i = self.calls % len(self.arg_sets)
         self.calls += 1
         out = self.fn(*self.arg_sets[i])
+        self.last[i] = (self.calls, out)
         if len(self.kept) < self.keep:
             self.kept.append((i, self.calls, out))
         else:
@@ -308,7 +311,7 @@ class SampledCalls:
         """(input set, output) of the calls to verify: the kept plain calls, or each graph's output."""
         if self.graph_outputs is not None:
             return list(self.graph_outputs)
-        return [(i, out) for i, _, out in self.kept]
+        return [(i, out) for i, _, out in self.kept] + [(i, out) for i, (_, out) in sorted(self.last.items())]
 
     def verify(self, problem) -> str | None:
         """The first problem(set, output) -> str | None found among the samples, with which call it was; also
@@ -317,7 +320,7 @@ class SampledCalls:
 
         if self.graph_outputs is None:
             seen = {}
-            for i, n, out in self.kept:
+            for i, n, out in self.kept + [(i, n, out) for i, (n, out) in self.last.items()]:
                 for t in out if isinstance(out, (tuple, list)) else (out,):
                     if isinstance(t, torch.Tensor) and t.numel():
                         ptr = t.untyped_storage().data_ptr()

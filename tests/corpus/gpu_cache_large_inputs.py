@@ -4,7 +4,7 @@ ROUTE = "check"
 DEVICE = "gpu"
 CRITERIA = ["correctness", "performance"]
 PASSES = ["correctness"]
-FAILS = {"performance": ["returned the same output tensor again for the same inputs", "the timing means nothing"]}
+FAILS = {"performance": ["cache", "the timing means nothing"]}
 
 from kernels.fused_chain import fused_chain as _right
 

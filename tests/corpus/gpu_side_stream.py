@@ -1,11 +1,11 @@
-"""The kernel runs on a side CUDA stream, so do_bench's events (on the current stream) see almost nothing.
-The grader's device-wide synchronized timing names it, and no impossible speed is reported."""
+"""The kernel runs on a side CUDA stream, so do_bench's events (on the current stream) see almost nothing
+(KernelBench PR #82). The profiler sees the kernel on every stream, more GPU time than was measured: failed."""
 EXERCISE = "01.fused_chain"
 ROUTE = "check"
 DEVICE = "gpu"
 CRITERIA = ["correctness", "performance"]
 PASSES = ["correctness"]
-SAYS = {"performance": ["part of the work escapes the events", "Graded on the synchronized time"]}
+FAILS = {"performance": ["impossible measurement: work escaped the timer", "kernels on every stream"]}
 
 import torch
 

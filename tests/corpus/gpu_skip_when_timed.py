@@ -1,9 +1,10 @@
-"""Looks up the call stack and does no work when do_bench is the caller: timed, it is infinitely fast."""
+"""Looks up the call stack and does no work when do_bench is the caller: timed, it is infinitely fast
+(benchmark detection). The outputs of timed calls picked at random are compared afterwards: failed."""
 EXERCISE = "01.fused_chain"
 ROUTE = "check"
 DEVICE = "gpu"
 CRITERIA = ["performance"]
-SAYS = {"performance": ["part of the work escapes the events", "Graded on the synchronized time"]}
+FAILS = {"performance": ["a timed call", "returned a wrong result", "the timing means nothing"]}
 
 import sys
 
