@@ -60,7 +60,7 @@ def test_an_override_in_grading_toml_shows_in_the_table(tmp_path, monkeypatch):
     perf = _row(expanded, "Performance")
     assert "0.77 of this GPU's measured copy bandwidth" in perf and "more than 1.3x" in perf
     assert "without one it fails" in perf
-    assert expanded.startswith("**Graded.**\n| Criterion |") and expanded.endswith("\nafter")
+    assert expanded.startswith("**Graded.**\n\n| Criterion |") and expanded.endswith("\nafter")
 
 
 def test_a_marker_naming_an_unknown_exercise_fails_the_build(tmp_path):

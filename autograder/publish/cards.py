@@ -265,6 +265,8 @@ def expand_cards(source: str, cfg: GradingConfig | None = None, lookup=None) -> 
             ex = lookup(match.group(1))
         except KeyError as exc:
             raise LookupError(f"the line {match.group(0).strip()!r} names no exercise: {exc.args[0]}") from None
-        return graded_table(ex, cfg)
+        before = source[: match.start()]
+        # A table must not run on from the paragraph above it (markdown would not see a table).
+        return ("\n" if before.endswith("\n") and not before.endswith("\n\n") else "") + graded_table(ex, cfg)
 
     return MARKER.sub(one, source)
