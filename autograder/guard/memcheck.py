@@ -149,20 +149,27 @@ def _check(builder, ptrs, mask, what: str) -> None:
 
     launch = _launches[-1]
     addrs = np.asarray(getattr(ptrs, "data", ptrs))
+    lanes = None
     if mask is not None:
-        lanes = np.broadcast_to(np.asarray(getattr(mask, "data", mask)).astype(bool), addrs.shape)
-        addrs = addrs[lanes]
-    addrs = addrs.astype(np.uint64, copy=False).ravel()
-    if addrs.size == 0:
-        return
+        lanes = np.asarray(getattr(mask, "data", mask))
+        lanes = np.broadcast_to(lanes if lanes.dtype == bool else lanes.astype(bool), addrs.shape)
+        if not lanes.any():
+            return
     try:
         size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
     except AttributeError:
         size = 1
-    lo, hi = int(addrs.min()), int(addrs.max()) + size
+    if addrs.size == 0:
+        return
+    if lanes is None:
+        lo, hi = int(addrs.min()), int(addrs.max()) + size
+    else:  # the active lanes' extremes, without copying them out
+        lo = int(addrs.min(initial=np.iinfo(addrs.dtype).max, where=lanes))
+        hi = int(addrs.max(initial=0, where=lanes)) + size
     bounds = [(r[2], r[3]) if what == "load" else (r[0], r[1]) for r in launch.ranges]
     if any(start <= lo and hi <= end for start, end in bounds):
         return  # the usual case: every lane inside one tensor
+    addrs = (addrs if lanes is None else addrs[lanes]).astype(np.uint64, copy=False).ravel()
     ok = np.zeros(addrs.shape, dtype=bool)
     for start, end in bounds:
         ok |= (addrs >= np.uint64(start)) & (addrs <= np.uint64(end - size))
