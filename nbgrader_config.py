@@ -18,5 +18,6 @@ c.Execute.timeout = 900
 c.Execute.interrupt_on_timeout = True
 
 # The grader's settings for a class: performance must be measured (a CPU-only grading machine fails it
-# rather than skipping it). Edit grading.toml, or point FUSION_COURSE_GRADING elsewhere before grading.
+# rather than skipping it). Edit grading.toml, or point FUSION_COURSE_GRADING elsewhere before grading; the
+# course's secret seed is read from .grading-secret.toml beside it (written by `make course`, git-ignored).
 os.environ.setdefault("FUSION_COURSE_GRADING", os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading.toml"))
