@@ -1,7 +1,10 @@
-"""grade-class: every student ends up in the CSV, crashed and hung notebooks included; re-runs resume."""
+"""grade-class: every student ends up in the CSV and the gradebook, with a feedback page, crashed, hung, tampered
+and refused notebooks included; the results go to grading/; re-runs resume."""
 
 import csv
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,44 @@ def _with_solution(extra: str) -> dict:
     return {"fused_chain": classroom.solutions()["fused_chain"] + extra}
 
 
+class _Stub:
+    """The real runner, except for two students graded for free: "refused" is refused when started (not run),
+    and "tamperer"'s grading writes into the course's gradebook (tampered); and "hanger" gets a short time limit
+    (one student at a time: the limit is read when their grading starts)."""
+
+    def __init__(self, runner, db_file: Path):
+        self.runner, self.db_file, self.fake = runner, db_file, []
+        self.capacity, self.limit = runner.capacity, runner.timeout
+
+    def has_room(self):
+        return self.runner.has_room()
+
+    def start(self, student, work, assignment):
+        if student == "refused":
+            raise RuntimeError("the queue refused the job")
+        if student == "tamperer":
+            with open(self.db_file, "ab") as f:
+                f.write(b"tampered")
+            self.fake.append((student, "graded", ""))
+            return "nowhere"
+        self.runner.timeout = HANG_LIMIT if student == "hanger" else self.limit
+        return self.runner.start(student, work, assignment)
+
+    def wait(self):
+        return self.fake.pop(0) if self.fake else self.runner.wait()
+
+    def stop(self):
+        self.runner.stop()
+
+
+HANG_LIMIT = 20  # seconds for the hanger; the others get 300 (a loaded machine grades alice in over a minute)
+
+
+def _grade(work, db, log, **kw):
+    return grade_class(work, NAME, timeout=300, db_url=db, echo=log.append, anonymous=True,
+                       runner_hook=lambda runner: _Stub(runner, work / "gradebook.db"), **kw)
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     work = tmp_path_factory.mktemp("class")
@@ -26,22 +67,27 @@ def course(tmp_path_factory):
     classroom.submit(work, "alice")
     classroom.submit(work, "crasher", _with_solution("\nimport os\nos._exit(1)  # kills the kernel\n"))
     classroom.submit(work, "hanger", _with_solution("\nimport time\ntime.sleep(100000)\n"))
+    classroom.submit(work, "tamperer")
+    classroom.submit(work, "refused")
     log = []
-    rows = grade_class(work, NAME, timeout=60, db_url=db, echo=log.append)
+    rows = _grade(work, db, log)
     return work, db, rows, log
 
 
 def test_every_student_is_in_the_csv_with_a_status_and_reason(course):
     work, _, rows, log = course
     by = {r["student_id"]: r for r in rows}
-    assert set(by) == {"alice", "crasher", "hanger"}
+    assert set(by) == {"alice", "crasher", "hanger", "tamperer", "refused"}
     assert by["alice"]["status"] == "graded" and by["alice"]["score"] == FULL and by["alice"]["max_score"] == FULL
     assert by["crasher"]["status"] == "crashed" and by["crasher"]["score"] == 0 and by["crasher"]["reason"]
-    assert by["hanger"]["status"] == "timed out" and "60 s" in by["hanger"]["reason"]
-    with open(work / f"grades-{NAME}.csv") as f:
+    assert by["hanger"]["status"] == "timed out" and f"{HANG_LIMIT} s" in by["hanger"]["reason"]
+    assert by["tamperer"]["status"] == "tampered" and "gradebook.db" in by["tamperer"]["reason"]
+    assert by["refused"]["status"] == "not run" and "refused the job" in by["refused"]["reason"]
+    with open(work / "grading" / f"grades-{NAME}.csv") as f:
         assert {r["student_id"]: r["status"] for r in csv.DictReader(f)} == {
-            "alice": "graded", "crasher": "crashed", "hanger": "timed out"}
-    assert "3 students: 1 graded, 1 crashed, 1 timed out, 0 tampered, 0 lost" in log[-1]
+            "alice": "graded", "crasher": "crashed", "hanger": "timed out", "tamperer": "tampered", "refused": "not run"}
+    assert ("5 students: 1 graded, 1 crashed, 1 timed out, 1 tampered, 0 lost; 1 not run (refused or cancelled): run "
+            "again; every one recorded in the gradebook") in log[-1]
     assert "exited with code 1" in by["crasher"]["reason"] and "cell fused_chain" in by["crasher"]["reason"]
     assert "calls os._exit" in by["crasher"]["flags"]
     # alice submitted the reference solution: named by its kernel's fingerprint and by similarity, score kept.
@@ -50,7 +96,51 @@ def test_every_student_is_in_the_csv_with_a_status_and_reason(course):
     assert any(f.endswith("like the reference solution") for f in alice)
     assert any("like crasher's" in f for f in alice)  # the crasher pasted the same answer
     assert all("reference" in f or " like " in f for f in alice), alice
-    assert (work / f"similarity-{NAME}.html").is_file()
+    assert (work / "grading" / f"similarity-{NAME}.html").is_file()
+    assert not list(work.glob("*.csv")) and not list(work.glob("*.html"))  # nothing at the course root
+
+
+def test_the_course_gets_a_private_seed_and_its_results_stay_out_of_git(course):
+    from autograder import config
+
+    work, _, _, log = course
+    secret = work / config.SECRET_NAME
+    assert secret.stat().st_mode & 0o077 == 0 and any(str(secret) in line for line in log)
+    seed = config.load(work / "grading.toml")
+    assert not seed.public_seed and seed.seed_source == str(secret)
+    assert "--- grade-class" in (work / "grading" / f"grade-class-{NAME}.log").read_text()
+    ignored = (build.ROOT / ".gitignore").read_text().split()
+    assert config.SECRET_NAME in ignored and "/grading/" in ignored
+
+
+def test_every_student_is_exported_and_gets_a_feedback_page_saying_what_happened(course):
+    work, _, _, _ = course
+    env = build.tool_env()
+    for args in (["export", "--to=export.csv"], ["generate_feedback", NAME, "--force"]):
+        done = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+    with open(work / "export.csv") as f:
+        exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert exported == {"alice": FULL, "crasher": 0, "hanger": 0, "tamperer": 0, "refused": 0}
+    pages = {s: (work / "feedback" / s / NAME / f"{NAME}.html").read_text() for s in exported}
+    assert "Not graded" not in pages["alice"]
+    for student, words in (("crasher", "crashed while it was being graded"), ("hanger", "did not finish within"),
+                           ("tamperer", "changed files outside its own folder"), ("refused", "could not be graded")):
+        assert "Not graded" in pages[student] and words in pages[student], student
+    assert "exited with code 1" in pages["crasher"]
+
+
+def test_the_leaderboard_lists_every_student_and_hides_names_on_request(course):
+    work, _, rows, _ = course
+    out = work / "grading"
+    assert {r["fraction_of_peak"] for r in rows} == {"01.fused_chain not measured"}  # no GPU here
+    named = (out / f"leaderboard-{NAME}.html").read_text()
+    assert all(s in named for s in ("alice", "crasher", "refused")) and "not measured" in named
+    anonymous = (out / f"leaderboard-{NAME}-anonymous.csv").read_text()
+    assert "alice" not in anonymous and anonymous.count("student-") == 5
+    with open(out / f"leaderboard-{NAME}-anonymous.csv") as f:
+        assert [r["01.fused_chain"] for r in csv.DictReader(f)] == ["not measured"] * 5
 
 
 def test_grades_reach_the_course_gradebook_and_autograded_folder(course):
@@ -63,14 +153,14 @@ def test_grades_reach_the_course_gradebook_and_autograded_folder(course):
 def test_rerun_skips_unchanged_submissions_and_regrades_changed_ones(course):
     work, db, first, _ = course
     log = []
-    again = grade_class(work, NAME, timeout=60, db_url=db, echo=log.append)
+    again = _grade(work, db, log)
     assert again == first
-    assert sum("skipped" in line for line in log) == 3
+    assert sum("skipped" in line for line in log) == 4  # "not run" is tried again
     classroom.submit(work, "crasher")  # the student fixes the notebook and hands it in again
     log = []
-    rows = grade_class(work, NAME, timeout=60, db_url=db, echo=log.append)
-    assert {r["student_id"]: r["status"] for r in rows}["crasher"] == "graded"
-    assert sum("skipped" in line for line in log) == 2
+    rows = _grade(work, db, log)
+    assert {r["student_id"]: r["status"] for r in rows}["crasher"] == "graded", log
+    assert sum("skipped" in line for line in log) == 3
 
 
 def test_a_student_during_whom_the_run_died_twice_is_recorded_as_crashed(course):
@@ -82,7 +172,7 @@ def test_a_student_during_whom_the_run_died_twice_is_recorded_as_crashed(course)
     state["alice"].update(status="in progress", attempts=2)  # as a run killed twice while grading alice leaves it
     state_file.write_text(json.dumps(state))
     log = []
-    rows = grade_class(work, NAME, timeout=60, db_url=db, echo=log.append)
+    rows = _grade(work, db, log)
     alice = {r["student_id"]: r for r in rows}["alice"]
     assert alice["status"] == "crashed" and "died twice" in alice["reason"]
 
@@ -101,6 +191,22 @@ def test_bad_usage_is_a_clear_error(tmp_path):
         grade_class(tmp_path, NAME)
     with pytest.raises(ValueError, match="sqlite"):
         grade_class(tmp_path, NAME, db_url="postgresql://somewhere/grades")
+    (tmp_path / "gradebook.db").touch()
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        grade_class(tmp_path, NAME, similarity_threshold=80)
+
+
+def test_grading_for_credit_with_the_public_seed_is_refused(tmp_path, monkeypatch):
+    from autograder import config
+
+    shutil.copy(build.ROOT / "nbgrader_config.py", tmp_path)
+    (tmp_path / "submitted" / "bob" / NAME).mkdir(parents=True)
+    (tmp_path / "gradebook.db").touch()
+    monkeypatch.setenv(config.ENV_VAR, str(config.DEFAULT_PATH))  # the package's defaults: the public seed
+    with pytest.raises(ValueError, match="public one.*--allow-public-seed"):
+        grade_class(tmp_path, NAME)
+    assert not (tmp_path / "grading").exists()  # refused before anything was written
+    assert config.load().public_seed  # a self-learner's check keeps the public seed
 
 
 def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):

@@ -24,7 +24,8 @@ class GradingStopped(RuntimeError):
     """A submission changed files that later students' grading depends on; they must be restored first."""
 
 
-FIELDS = ["student_id", "assignment", "status", "score", "max_score", "reason", "flags"]
+FIELDS = ["student_id", "assignment", "status", "score", "max_score", "reason", "flags", "fraction_of_peak"]
+RESULTS = "grading"  # grade-class's results at the course root, ignored by git: CSV, reports, leaderboard, logs
 
 
 CONFIG_FILES = ("nbgrader_config.py", "grading.toml")  # copied into each workspace (what the config reads)
@@ -51,6 +52,7 @@ class Course:
         self.release = coursedir.release_directory
         self.submitted = coursedir.submitted_directory
         self.autograded = coursedir.autograded_directory
+        self.results = root / RESULTS
 
 
 def submission_hash(folder: Path) -> str:

@@ -2,6 +2,7 @@
 
     python -m autograder grade-class ASSIGNMENT [--timeout SECONDS] [--force] [--csv PATH]
                                                 [--gpus all|0,1 | --workers N | --cluster slurm ...]
+                                                [--similarity-threshold 0.8] [--anonymous] [--allow-public-seed]
 
 Run it where nbgrader_config.py is (the course root). nbgrader's own `autograde` drops a notebook whose
 kernel crashed and reports it like a wrong answer, and runs every student's code where it can write into the
@@ -20,11 +21,16 @@ gradebook and into other students' folders. Here, for each student found in subm
    ``class_gradebook.missing_verdicts``) and its grades are saved into the course's gradebook by nbgrader's own
    SaveAutoGrades, by this process alone; the notebook goes to autograded/ for `nbgrader generate_feedback`.
 
-Every student ends up in the CSV as graded, crashed, timed out, tampered, performance not measured (a GPU busy with
+The secret cases are drawn from the course's own seed (.grading-secret.toml beside grading.toml, written by
+`make course` or by the first grade-class): grading for credit with the package's public seed is refused unless
+allow_public_seed. Every student ends up in the gradebook and in the CSV as graded, crashed, timed out, tampered, performance not measured (a GPU busy with
 others' work: graded again) or not run (refused or cancelled by the cluster: graded again), with the reason, and
 with the flags of a static scan of their cells (autograder.guard.scan), of any edited locked cell, and of answers that
-closely match the reference solution or another student's (autograder.classroom.similarity; side by side in
-similarity-ASSIGNMENT.html next to the CSV). Re-running is safe: a student whose submission has not changed since
+closely match the reference solution or another student's (autograder.classroom.similarity). A student whose
+notebook was not graded scores 0 on every graded cell and gets a feedback page saying why
+(class_gradebook.save_not_graded). The results go to grading/ at the course root (git-ignored): the CSV,
+similarity-ASSIGNMENT.html, leaderboard-ASSIGNMENT.{html,csv} (autograder.classroom.leaderboard) and the run's
+log. Re-running is safe: a student whose submission has not changed since
 it was graded is skipped (--force grades everyone again), so an interrupted run resumes; a submission during which
 the run died twice is recorded as crashed.
 """
@@ -32,10 +38,14 @@ the run died twice is recorded as crashed.
 from __future__ import annotations
 
 import csv
+import datetime
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from autograder import config as config_mod
 
 from autograder.classroom.course import (  # noqa: F401  (statuses and GradingStopped re-exported)
     CRASHED,
@@ -50,22 +60,27 @@ from autograder.classroom.course import (  # noqa: F401  (statuses and GradingSt
     GradingStopped,
     sqlite_file,
 )
+from autograder.classroom import leaderboard
 from autograder.classroom.gradebook import scores as gradebook_scores
 from autograder.classroom.loop import ClassRun
 from autograder.classroom.runners import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
-from autograder.classroom.similarity import similarity
+from autograder.classroom.similarity import THRESHOLD, similarity
 from autograder.guard import procs
 
 
 def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool = False,
                 csv_path: Path | None = None, db_url: str | None = None, echo=print, gpus: str | None = None,
                 workers: int | None = None, cluster: str | None = None, cluster_options: dict | None = None,
-                progress: bool = True) -> list[dict]:
+                progress: bool = True, similarity_threshold: float = THRESHOLD, anonymous: bool = False,
+                allow_public_seed: bool = False, runner_hook=None) -> list[dict]:
     """Grade every student's submission of `assignment`; returns the CSV's rows.
 
     gpus ("all" or "0,1"): one student per GPU at a time, each process seeing only its GPU; workers: that many
     students at once on the CPU; cluster ("slurm", "local" or "debug"): one submitit job per student, with
-    cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup...)."""
+    cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup...).
+    similarity_threshold: the share of fingerprints from which a pair of answers is flagged; anonymous: also write
+    the leaderboard with pseudonyms instead of names (to show the class); allow_public_seed: grade with the
+    package's public seed; runner_hook: runner -> runner, wraps the runner (tests)."""
 
     root = Path(root).resolve()
     course = Course(root)
@@ -79,7 +94,12 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
         raise FileNotFoundError(f"no gradebook at {db_file}: run `nbgrader generate_assignment {assignment}` first")
     if cluster is not None and (gpus is not None or workers is not None):
         raise ValueError("--cluster grades each student as a job of its own: --gpus and --workers do not apply")
+    if not 0 < similarity_threshold < 1:
+        raise ValueError(f"--similarity-threshold is a share between 0 and 1, got {similarity_threshold}")
     slots = None if cluster else gpu_slots(gpus, workers)  # a bad --gpus is said before anything is touched
+    cfg = _course_settings(course.grading_file, allow_public_seed, echo)
+    course.results.mkdir(exist_ok=True)
+    echo = _logging(echo, course.results / f"grade-class-{assignment}.log")
     state_file = root / course.autograded / f".grade-class-{assignment}.json"
     state = json.loads(state_file.read_text()) if state_file.exists() and not force else {}
     # A cluster's nodes must see the workspaces: they go under the course folder (which the nodes share), in a
@@ -88,17 +108,24 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     if shared is not None:
         shared.mkdir(exist_ok=True)
     procs.become_subreaper()  # processes a notebook leaves behind come back here to be ended
+    recording = os.environ.get(leaderboard.RECORD_ENV)
+    os.environ[leaderboard.RECORD_ENV] = "1"  # each student's check() keeps its performance figures for the leaderboard
     try:
         with tempfile.TemporaryDirectory(prefix="grade-class-", dir=shared) as tmp:
+            # The settings each student's process gets: grading.toml with the course's secret seed folded in.
+            grading_file = Path(tmp) / "grading.toml"
+            grading_file.write_text(config_mod.dumps(cfg))
             run = ClassRun(course, assignment, db_url, state, state_file, Path(tmp), echo, progress)
             if cluster:
                 executor = submitit_executor(Path(tmp) / "submitit", cluster, **(cluster_options or {}))
-                runner = SubmititRunner(executor, timeout, course.grading_file)
+                runner = SubmititRunner(executor, timeout, grading_file)
                 echo(f"grading {assignment} as {cluster} jobs, one per student")
             else:
-                runner = LocalRunner(slots, timeout, course.grading_file)
+                runner = LocalRunner(slots, timeout, grading_file)
                 if len(slots) > 1:
                     echo(f"grading {assignment} on {', '.join(s.name for s in slots)}: one student on each at a time")
+            if runner_hook is not None:
+                runner = runner_hook(runner)
             suspects = run.run(run.todo(students), runner)
             if suspects:
                 echo(f"grading {len(suspects)} students again one at a time: {', '.join(suspects)}")
@@ -110,21 +137,83 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
                 run.run(again, runner, one_at_a_time=True)
     finally:
         procs.become_subreaper(False)
+        if recording is None:
+            os.environ.pop(leaderboard.RECORD_ENV, None)
+        else:
+            os.environ[leaderboard.RECORD_ENV] = recording
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
-    csv_path = Path(csv_path or root / f"grades-{assignment}.csv")
-    similar = _similarity(course, assignment, students, csv_path.with_name(f"similarity-{assignment}.html"), echo)
-    return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar)
+    csv_path = Path(csv_path or course.results / f"grades-{assignment}.csv")
+    out = course.results
+    similar = _similarity(course, assignment, students, out / f"similarity-{assignment}.html", echo,
+                          similarity_threshold)
+    exercise_ids = _leaderboard(course, assignment, students, state, cfg, anonymous, echo)
+    return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar, exercise_ids)
 
 
-def _similarity(course: Course, assignment: str, students: list[str], report: Path, echo) -> dict[str, list[str]]:
+def _course_settings(grading_file: Path, allow_public_seed: bool, echo) -> config_mod.GradingConfig:
+    """The course's grading settings with its secret seed: written beside grading.toml on the first run when it
+    has none; the package's public seed is refused unless allowed."""
+    cfg = config_mod.load(grading_file)
+    if cfg.public_seed and grading_file.resolve() != config_mod.DEFAULT_PATH.resolve() and not cfg.seed_source:
+        secret, _ = config_mod.ensure_secret(grading_file)
+        echo(f"wrote a random secret seed for this course to {secret} (git-ignored: keep it, and keep it private)")
+        cfg = config_mod.load(grading_file)
+    if cfg.public_seed and not allow_public_seed:
+        where = cfg.seed_source or f"{grading_file}, the package's defaults"
+        raise ValueError(
+            f"the secret seed in use ({where}) is the public one, in the repository and every student's hand-out: "
+            f"students could reproduce the secret cases. Point ${config_mod.ENV_VAR} at the course's grading.toml "
+            f"and run `make course` (or `python -m autograder.classroom.secret grading.toml`) to give the course a "
+            "seed of its own, or pass --allow-public-seed to grade with it anyway (practice runs, not for credit)")
+    if cfg.public_seed:
+        echo("grading with the public secret seed (--allow-public-seed): not for credit")
+    return cfg
+
+
+def _logging(echo, log: Path):
+    """echo, and the same line appended to this run's log in grading/."""
+    with open(log, "a") as f:
+        f.write(f"--- grade-class {datetime.datetime.now().isoformat(timespec='seconds')}\n")
+
+    def both(message: str) -> None:
+        echo(message)
+        with open(log, "a") as f:
+            f.write(f"{message}\n")
+
+    return both
+
+
+def _leaderboard(course: Course, assignment: str, students: list[str], state: dict, cfg, anonymous: bool,
+                 echo) -> list[str]:
+    """The leaderboard pages (named; with pseudonyms too when anonymous); returns the exercises it has columns for."""
+    out = course.results
+    try:
+        exercise_ids = leaderboard.exercises(course.root / course.source / assignment)
+        figures = {s: state[s].get("performance", {}) for s in students}
+        leaderboard.write(assignment, figures, exercise_ids, out / f"leaderboard-{assignment}.html",
+                          out / f"leaderboard-{assignment}.csv", key=cfg.secret_seed)
+        if anonymous:
+            leaderboard.write(assignment, figures, exercise_ids, out / f"leaderboard-{assignment}-anonymous.html",
+                              out / f"leaderboard-{assignment}-anonymous.csv", anonymous=True, key=cfg.secret_seed)
+    except Exception as exc:  # noqa: BLE001  the grades stand without it
+        echo(f"leaderboard not written ({type(exc).__name__}: {exc}); the grades are not affected")
+        return []
+    measured = sum(any(v is not None for v in figures[s].values()) for s in students)
+    echo(f"leaderboard: {measured} of {len(students)} students with a measured kernel; in {out}")
+    return exercise_ids
+
+
+def _similarity(course: Course, assignment: str, students: list[str], report: Path, echo,
+                threshold: float = THRESHOLD) -> dict[str, list[str]]:
     """Similarity flags of every student's answers against the reference solution and each other (a flag, never
     a score), and the side-by-side report; a failure of the comparison is said and costs no grade."""
 
     root = course.root
     try:
         flags = similarity({s: root / course.submitted / s / assignment for s in students},
-                           root / course.source / assignment, root / course.release / assignment, report)
+                           root / course.source / assignment, root / course.release / assignment, report,
+                           threshold)
     except Exception as exc:  # noqa: BLE001  the grades stand without it
         echo(f"similarity not compared ({type(exc).__name__}: {exc}); the grades are not affected")
         return {}
@@ -133,7 +222,8 @@ def _similarity(course: Course, assignment: str, students: list[str], report: Pa
     return flags
 
 
-def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None) -> list[dict]:
+def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None,
+               exercise_ids=()) -> list[dict]:
     scores, max_score = gradebook_scores(assignment, db_url)
     rows = []
     for student in students:
@@ -141,7 +231,9 @@ def _write_csv(root, assignment, students, state, db_url, csv_path, echo, simila
         score = scores.get(student, 0.0) if entry["status"] in (GRADED, NOT_MEASURED) else 0.0
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
                      "score": score, "max_score": max_score, "reason": entry["reason"],
-                     "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, []))})
+                     "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, [])),
+                     "fraction_of_peak": leaderboard.column(entry.get("performance", {}), list(exercise_ids))})
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
@@ -153,5 +245,5 @@ def _write_csv(root, assignment, students, state, db_url, csv_path, echo, simila
             (NOT_MEASURED, "with performance not measured (GPU shared)"), (NOT_RUN, "not run (refused or cancelled)"))
         if counts[s])
     echo(f"{len(rows)} students: {counts[GRADED]} graded, {counts[CRASHED]} crashed, {counts[TIMED_OUT]} timed out, "
-         f"{counts[TAMPERED]} tampered, 0 lost{later}; wrote {csv_path}")
+         f"{counts[TAMPERED]} tampered, 0 lost{later}; every one recorded in the gradebook; wrote {csv_path}")
     return rows

@@ -86,20 +86,14 @@ def submission_flags(course: Course, assignment: str, student: str, db_url: str)
     return flags
 
 
-def save_grades(course: Course, work: Path, assignment: str, student: str, db_url: str) -> tuple[list[str], list[str]]:
-    """Move the graded notebooks into autograded/ and their grades into the course's gradebook. Returns the flags
-    (cells that scored without the grader's verdict) and the cells whose performance was not measured."""
-    import nbformat
+def _open_submission(course: Course, assignment: str, student: str, db_url: str) -> list[str]:
+    """The student and their submission in the gradebook (as nbgrader's autograde makes them); returns the
+    assignment's notebook names."""
     from nbgrader.api import Gradebook
     from nbgrader.coursedir import CourseDirectory
-    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from sqlalchemy.exc import SAWarning
 
-    produced = work / course.autograded / student / assignment
-    dest = course.root / course.autograded / student / assignment
     submitted = course.root / course.submitted / student / assignment
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
     timestamp = CourseDirectory(config=course.config, root=str(course.root)).get_existing_timestamp(str(submitted))
     with Gradebook(db_url) as gb:  # one session per step, as nbgrader's autograde does it
         gb.update_or_create_student(student)
@@ -107,27 +101,122 @@ def save_grades(course: Course, work: Path, assignment: str, student: str, db_ur
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission, with SQLAlchemy 2
         gb.update_or_create_submission(assignment, student, **({"timestamp": timestamp} if timestamp else {}))
     with Gradebook(db_url) as gb:
-        expected = [nb.name for nb in gb.find_assignment(assignment).notebooks]
+        return [nb.name for nb in gb.find_assignment(assignment).notebooks]
+
+
+def _zero(db_url: str, name: str, assignment: str, student: str) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        for grade in gb.find_submission_notebook(name, assignment, student).grades:
+            grade.auto_score, grade.needs_manual_grade = 0, False
+        gb.db.commit()
+
+
+def _save(course: Course, nb, name: str, assignment: str, student: str, db_url: str, dest: Path) -> None:
+    """nbgrader's own SaveAutoGrades and AssignLatePenalties on a graded notebook, then the notebook to dest."""
+    import nbformat
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+
+    resources = {"nbgrader": {"notebook": name, "assignment": assignment, "student": student, "db_url": db_url}}
+    for step in (SaveAutoGrades, AssignLatePenalties):
+        nb, resources = step(config=course.config).preprocess(nb, resources)
+    nbformat.write(nb, dest / f"{name}.ipynb")
+
+
+def save_grades(course: Course, work: Path, assignment: str, student: str, db_url: str) -> tuple[list[str], list[str]]:
+    """Move the graded notebooks into autograded/ and their grades into the course's gradebook. Returns the flags
+    (cells that scored without the grader's verdict) and the cells whose performance was not measured."""
+    import nbformat
+
+    produced = work / course.autograded / student / assignment
+    dest = course.root / course.autograded / student / assignment
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    expected = _open_submission(course, assignment, student, db_url)
     missing, not_measured = [], []
     for name in expected:
         path = produced / f"{name}.ipynb"
         if not path.exists():  # not submitted: nbgrader scores it 0
-            with Gradebook(db_url) as gb:
-                for grade in gb.find_submission_notebook(name, assignment, student).grades:
-                    grade.auto_score, grade.needs_manual_grade = 0, False
-                gb.db.commit()
+            _zero(db_url, name, assignment, student)
             continue
         nb = nbformat.read(path, as_version=4)
         missing += missing_verdicts(nb)
         not_measured += unmeasured(nb)
-        resources = {"nbgrader": {"notebook": name, "assignment": assignment, "student": student, "db_url": db_url}}
-        for step in (SaveAutoGrades, AssignLatePenalties):
-            nb, resources = step(config=course.config).preprocess(nb, resources)
-        nbformat.write(nb, dest / path.name)
+        _save(course, nb, name, assignment, student, db_url, dest)
     if (produced / "timestamp.txt").exists():
         shutil.copy(produced / "timestamp.txt", dest / "timestamp.txt")
     flags = [f"cell {gid} passed without the grader's verdict in its output: scored 0" for gid in missing]
     return flags, not_measured
+
+
+# What a student whose notebook was not graded reads at the top of their feedback page, by status.
+NOT_GRADED_WORDS = {
+    "crashed": ("Your notebook crashed while it was being graded",
+                ("Run it top to bottom yourself (Kernel, Restart Kernel and Run All Cells) to find the cell that "
+                 "fails, fix it and hand the notebook in again.")),
+    "timed out": ("Your notebook did not finish within the grading time limit",
+                  ("Look for a loop that never ends or a cell that waits; run it top to bottom yourself, then hand "
+                   "it in again.")),
+    "tampered": ("Your notebook changed files outside its own folder while it was being graded",
+                 ("Graded code may only write where it runs. Your instructor will look at it; until then it "
+                  "scores 0.")),
+    "not run": ("Your notebook could not be graded this time",
+                "Nothing is wrong with it as far as we know: it will be graded on the next run."),
+}
+
+
+def not_graded_notebook(path: Path | None, fallback: Path, status: str, reason: str):
+    """The student's notebook (or the release, when theirs is missing or unreadable) as their feedback shows it:
+    a note on top saying what happened, their outputs cleared, and every graded code cell carrying an error
+    output, so that nbgrader scores it 0."""
+    import nbformat
+    from nbformat import NotebookNode
+    from nbgrader.utils import is_grade
+
+    try:
+        nb = nbformat.read(path, as_version=4) if path is not None and path.is_file() else None
+    except Exception:  # noqa: BLE001  unreadable: the release stands in for it
+        nb = None
+    own = nb is not None
+    release = nbformat.read(fallback, as_version=4)
+    known = {c.metadata["nbgrader"]["grade_id"] for c in release.cells if c.metadata.get("nbgrader", {}).get("grade_id")}
+    if nb is None:
+        nb = release
+    for cell in nb.cells:  # a cell the student added or renamed is no cell of nbgrader's
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") not in known:
+            cell.get("metadata", {}).pop("nbgrader", None)
+    headline, advice = NOT_GRADED_WORDS.get(status, (f"Your notebook was not graded ({status})", ""))
+    why = reason.rstrip(".") if reason else "no reason was recorded"
+    note = (f"## Not graded: {status}\n\n**{headline}.** What the grader saw: {why}.\n\n"
+            f"Every graded cell below scores 0 for this run. {advice}"
+            + ("" if own else "\n\n(Your notebook could not be read, so the released notebook is shown.)"))
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.outputs, cell.execution_count = [], None
+        if is_grade(cell):
+            text = f"not graded: the notebook {status} ({why})"
+            cell.outputs.append(NotebookNode(output_type="error", ename="NotGraded", evalue=text,
+                                             traceback=[f"NotGraded: {text}"]))
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    return nb
+
+
+def save_not_graded(course: Course, assignment: str, student: str, db_url: str, status: str, reason: str) -> None:
+    """A student whose notebook was not graded (crashed, timed out, tampered, not run) in the gradebook with 0
+    for every graded cell, and in autograded/ with a page saying why, for `nbgrader generate_feedback`."""
+    submitted = course.root / course.submitted / student / assignment
+    dest = course.root / course.autograded / student / assignment
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in _open_submission(course, assignment, student, db_url):
+        release = course.root / course.release / assignment / f"{name}.ipynb"
+        nb = not_graded_notebook(submitted / f"{name}.ipynb", release, status, reason)
+        _save(course, nb, name, assignment, student, db_url, dest)
+        _zero(db_url, name, assignment, student)  # cells the student deleted included
+    if (submitted / "timestamp.txt").exists():
+        shutil.copy(submitted / "timestamp.txt", dest / "timestamp.txt")
 
 
 def scores(assignment: str, db_url: str) -> tuple[dict, float]:

@@ -27,7 +27,8 @@ from autograder.classroom.course import (
     submission_hash,
     workspace,
 )
-from autograder.classroom.gradebook import save_grades, submission_flags
+from autograder.classroom import leaderboard
+from autograder.classroom.gradebook import save_grades, save_not_graded, submission_flags
 from autograder.guard.footprint import Footprint, watched_roots
 
 
@@ -45,7 +46,8 @@ class ClassRun:
         self.state_file, self.tmp, self.echo, self.progress = state_file, tmp, echo, progress
         self.db_file = sqlite_file(db_url).resolve()
         self.journal = self.db_file.with_name(self.db_file.name + "-journal")
-        self.footprint = Footprint(watched_roots(course.root), ignore=[tmp])
+        # grading/ holds this run's log as it is written (and, after the run, its CSV and reports)
+        self.footprint = Footprint(watched_roots(course.root), ignore=[tmp, course.results])
         self.template = private_gradebook(self.db_file, tmp)
         self.good = tmp / "gradebook-good.db"  # the gradebook as this process last left it
         shutil.copy(self.db_file, self.good)
@@ -106,9 +108,10 @@ class ClassRun:
             self.state[student] = prep["previous"]
         shutil.rmtree(prep["work"], ignore_errors=True)
 
-    def _record(self, student: str, prep: dict, status: str, reason: str, flags: list[str]) -> None:
+    def _record(self, student: str, prep: dict, status: str, reason: str, flags: list[str],
+                figures: dict | None = None) -> None:
         self.state[student] = {"status": status, "hash": prep["digest"], "attempts": prep["attempts"],
-                               "reason": reason, "flags": flags}
+                               "reason": reason, "flags": flags, "performance": figures or {}}
         self.save_state()
         shutil.rmtree(prep["work"], ignore_errors=True)
         where = f" on {prep['where']}" if prep.get("where") else ""
@@ -118,6 +121,17 @@ class ClassRun:
             self.bar.update()
             self.counts[GRADED if status in (GRADED, NOT_MEASURED) else "failed"] += 1  # not run counts as failed
             self.bar.set_postfix(graded=self.counts[GRADED], failed=self.counts["failed"], refresh=False)
+
+    def _not_graded(self, student: str, status: str, reason: str) -> None:
+        """A student whose notebook was not graded: 0 for every graded cell in the gradebook, and a feedback
+        notebook in autograded/ saying why (a failure here is said; the CSV still has the student)."""
+        try:
+            save_not_graded(self.course, self.assignment, student, self.db_url, status, reason)
+        except Exception as exc:  # noqa: BLE001  the row in the CSV stands without it
+            self.echo(f"{student}: no feedback page written ({type(exc).__name__}: {exc})")
+        self.footprint.refresh([self.course.root / self.course.autograded / student / self.assignment,
+                                self.db_file, self.journal])
+        shutil.copy(self.db_file, self.good)
 
     def _restore_gradebook(self) -> list[str]:
         """Put the gradebook back as this process left it; returns what else changed and cannot be put back."""
@@ -131,7 +145,7 @@ class ClassRun:
         """Keep one student's result: a change outside their workspace (theirs alone: nobody else was in flight)
         makes them "tampered"; otherwise their grades go into the gradebook."""
         flags = list(prep["flags"])
-        unrestorable = []
+        unrestorable, figures = [], {}
         if changed:
             unrestorable = self._restore_gradebook()
             listed = ", ".join(_relative(changed[:6], self.course.root)) + (
@@ -140,6 +154,7 @@ class ClassRun:
         elif status == GRADED:
             more, unmeasured = save_grades(self.course, prep["work"], self.assignment, student, self.db_url)
             flags += more
+            figures = leaderboard.read(prep["work"])
             self.footprint.refresh([self.course.root / self.course.autograded / student / self.assignment,
                                     self.db_file, self.journal])
             shutil.copy(self.db_file, self.good)
@@ -148,7 +163,9 @@ class ClassRun:
                 reason = (f"performance not measured in {', '.join(unmeasured)}: the GPU was busy with other work "
                           "(those cells score 0 until then); run grade-class again when it is free")
                 self.unmeasured.append(student)
-        self._record(student, prep, status, reason, flags)
+        if status not in (GRADED, NOT_MEASURED):
+            self._not_graded(student, status, reason)
+        self._record(student, prep, status, reason, flags, figures)
         if unrestorable:
             raise GradingStopped(
                 f"grading stopped: {student}'s notebook changed files that the grading of other students depends "
@@ -175,8 +192,10 @@ class ClassRun:
                     try:
                         prep["where"] = runner.start(student, prep["work"], self.assignment)
                     except Exception as exc:  # noqa: BLE001  a refused submission is recorded, not lost
-                        self._record(student, prep, NOT_RUN, f"grading could not be started ({type(exc).__name__}: "
-                                     f"{str(exc).strip()[:300]}); the next run tries again", prep["flags"])
+                        reason = (f"grading could not be started ({type(exc).__name__}: {str(exc).strip()[:300]}); "
+                                  "the next run tries again")
+                        self._not_graded(student, NOT_RUN, reason)
+                        self._record(student, prep, NOT_RUN, reason, prep["flags"])
                         continue
                     in_flight[student] = prep
                 if not in_flight:
