@@ -80,6 +80,29 @@ def test_only_the_workspace_is_writable(bwrap, tmp_path):
     assert int(out["caps"], 16) == 0, "a capability left in the sandbox (as root, CAP_SYS_ADMIN remounts / writable)"
 
 
+def test_what_the_grading_reads_under_tmp_stays_readable_not_writable(bwrap, tmp_path, monkeypatch):
+    """A checkout or virtual environment under /tmp is bound back into the sandbox's empty /tmp, read-only."""
+    tool = tmp_path / "venv" / "tool.py"
+    tool.parent.mkdir()
+    tool.write_text("GRADER = 1\n")
+    monkeypatch.setattr(sandbox, "_needed", lambda: [tool.parent])
+    work = tmp_path / "work"
+    work.mkdir()
+    code = f"""
+import json
+out = {{"read": open({str(tool)!r}).read()}}
+try:
+    open({str(tool)!r}, "a").write("GRADER = 0")
+    out["write"] = "ok"
+except OSError as exc:
+    out["write"] = exc.strerror
+print(json.dumps(out))
+"""
+    out = inside(bwrap, work, code)
+    assert out == {"read": "GRADER = 1\n", "write": "Read-only file system"}
+    assert tool.read_text() == "GRADER = 1\n"
+
+
 def test_the_network_is_unreachable(bwrap, tmp_path):
     """Only a loopback of its own: even a server on this machine's 127.0.0.1 cannot be reached."""
     server = socket.create_server(("127.0.0.1", 0))  # listening: the kernel would complete a connection

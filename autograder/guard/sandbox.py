@@ -77,28 +77,37 @@ def _timing_locks() -> list[str]:
 
 
 def _needed() -> list[Path]:
-    """Folders the grading process reads from: a folder holding one of them must not be hidden."""
+    """What the grading process reads outside its workspace: the interpreter's prefixes, its import path, the
+    course's source tree (the grader and the kernels, installed editable), the device profiles."""
     import autograder
+    from autograder.measure.device import cache_dir
 
-    return [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(autograder.__file__).resolve().parent,
-            Path.home().resolve()]
+    found = [Path(sys.prefix), Path(sys.base_prefix), Path(autograder.__file__).parent.parent, cache_dir()]
+    found += [Path(p) for p in sys.path if p and os.path.isdir(p)]
+    return sorted({p.resolve() for p in found}, key=lambda p: len(p.parts))
 
 
 def command(cmd: list[str], workspace: Path, bwrap: str = "bwrap", hide=()) -> list[str]:
     """The bwrap command line that runs cmd in the sandbox, writable only in workspace (also its working folder).
 
     hide: folders to cover with an empty one (the class run's folder of workspaces: another student's, graded at
-    the same time, is no business of this one); a folder holding the interpreter, the grader or the home folder
-    is never hidden."""
+    the same time, is no business of this one); a folder holding the home folder or the interpreter is never
+    hidden. What the grading reads (_needed) and an empty /tmp or a hidden folder would cover is bound back,
+    read-only (a checkout or a virtual environment under /tmp, say)."""
     work = Path(workspace).resolve()
     args = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-net", "--unshare-ipc",
             "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc",
             "--tmpfs", "/tmp"]
-    needed = _needed()
+    covered = [Path("/tmp")]
+    keep = [Path.home().resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
     for folder in (Path(p).resolve() for p in hide):
-        if folder != Path("/") and work.is_relative_to(folder) and not any(n.is_relative_to(folder) for n in needed):
+        if folder != Path("/") and work.is_relative_to(folder) and not any(k.is_relative_to(folder) for k in keep):
             args += ["--tmpfs", str(folder)]
+            covered.append(folder)
+    for path in _needed():
+        if any(path.is_relative_to(c) for c in covered) and not path.is_relative_to(work):
+            args += ["--ro-bind-try", str(path), str(path)]
     for lock in _timing_locks():
         if Path(lock).parent == Path("/tmp"):
             args += ["--ro-bind-try", lock, lock]  # flock works on a read-only file
