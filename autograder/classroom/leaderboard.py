@@ -20,6 +20,8 @@ import os
 import re
 from pathlib import Path
 
+from autograder import specs as registry
+
 RECORD_ENV = "FUSION_COURSE_RECORD_FIGURES"
 FIGURES_NAME = ".performance-figures.jsonl"
 NOT_MEASURED = "not measured"
@@ -66,7 +68,6 @@ def exercises(source: Path) -> list[str]:
     """The exercises graded on performance that the assignment's notebooks check, in notebook order."""
     import nbformat
 
-    from autograder import specs as registry
 
     ids: list[str] = []
     for nb_path in sorted(source.glob("*.ipynb")):

@@ -15,6 +15,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from autograder import specs as registry
+
 REFERENCE = "reference-solution"  # the folder name that stands for the course's own solution in a comparison
 THRESHOLD = 0.8  # the share of one file's fingerprints found in the other
 _MARKERS = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$", re.M)
@@ -43,7 +45,6 @@ def _write(folder: Path, cells: dict[str, str]) -> None:
 def exercise_ids(reference: Path) -> dict[str, str]:
     """{"<notebook>.<grade_id>": exercise id} for the answer cells of the reference notebooks: the exercise whose
     function the cell defines (its grade_id when no exercise does)."""
-    from autograder import specs as registry
 
     exercises = list(registry.all_exercises())
     found = {}

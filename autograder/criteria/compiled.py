@@ -16,6 +16,7 @@ from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_seed, count_gpu_kernels, dtype_name, student_error
 from autograder.criteria.outputs import compare
+from autograder.criteria.performance import performance as kernel_performance
 from autograder.guard.watch import TritonLaunches, to_device_keeping_layout
 from autograder.measure.inductor import (
     quiet as compiler_quiet,  # Dynamo's and Inductor's logs and warnings kept off stderr
@@ -240,7 +241,6 @@ def performance(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult
     a disturbed benchmark can keep a slow one (once in five gradings of the reference solution on an H100: 0.43 ms
     instead of 0.15). That choice is the compiler's, not the student's: a failing measurement is taken again
     from a fresh compilation, up to COMPILE_ATTEMPTS times, and the best one graded."""
-    from autograder.criteria.performance import performance as kernel_performance
 
     if not runtime.has_gpu():
         return kernel_performance(ex.timed, fn, cfg)  # not measured, in the kernel exercises' words

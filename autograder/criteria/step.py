@@ -28,7 +28,7 @@ from autograder.criteria.performance import (SubmissionWork, copy_peak, measure,
 from autograder.guard.secret import EXTRA_SIZES
 from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.measure import device as device_mod
-from autograder.measure.timing import _do_bench as bench_ms  # the grader's timer, not the demonstrations'
+from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import StepExercise
 

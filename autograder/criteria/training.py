@@ -17,11 +17,18 @@ import torch
 from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
-from autograder.criteria.performance import (SubmissionWork, copy_peak, measure, not_measured, shared_gpu,
-                                              submission_failure)
+from autograder.criteria.performance import (
+    SubmissionWork,
+    copy_peak,
+    measure,
+    not_measured,
+    shared_gpu,
+    submission_failure,
+)
 from autograder.guard import integrity
 from autograder.guard.watch import TritonLaunches
-from autograder.measure.timing import extra_bytes
+from autograder.measure import device as device_mod
+from autograder.measure.timing import extra_bytes, grader_ms
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import UNIT_ROUNDOFF, TrainingCase, TrainingExercise
 from autograder.specs.text_corpus import batches
@@ -204,9 +211,6 @@ def _step(fn, params, tokens, targets, config):
 def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
-    from autograder.measure import device as device_mod
-    from autograder.measure.timing import _do_bench
-
     case, dtype = ex.perf_case, torch.bfloat16
     params = ex.init(case.config, dtype, "cuda", 0)
     tokens, targets = _batch(ex, case, case_seed(cfg.secret_seed, "training-perf"), "cuda")
@@ -227,7 +231,7 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     peak.call = None
     if t is None:
         return shared_gpu(cfg, why)
-    eager_ms = _do_bench(_step(ex.eager, params, tokens, targets, case.config), 25, 200)
+    eager_ms = grader_ms(_step(ex.eager, params, tokens, targets, case.config), 25, 200)
     tokens_n = case.batch * case.seq_len
     frac, speedup = t.eager_ms / t.yours_ms, eager_ms / t.yours_ms
     min_frac = cfg.bar(ex, "min_fraction_of_compiled", ex.default_min_fraction)

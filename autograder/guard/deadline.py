@@ -16,6 +16,8 @@ import signal
 import threading
 import time
 
+from autograder import runtime
+
 DEFAULT_GPU_S = 300.0
 DEFAULT_CPU_S = 600.0
 REPEAT_S = 1.0
@@ -32,7 +34,6 @@ class CriterionTimeout(BaseException):
 
 def limit_s(cfg) -> float:
     """The limit per criterion from the grading settings, or the default for this machine."""
-    from autograder import runtime
 
     chosen = float(getattr(cfg, "criterion_timeout_s", 0) or 0)
     if chosen > 0:

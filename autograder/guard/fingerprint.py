@@ -20,6 +20,9 @@ import json
 import textwrap
 from pathlib import Path
 
+from autograder import specs as registry
+from autograder.publish.handout import TEACHING_KERNELS, answer_modules
+
 TABLE = Path(__file__).resolve().parents[1] / "reference_kernels.json"
 # Names that mean the same in every kernel: the modules and builtins a kernel calls. Everything else is renamed.
 _KEPT = {"tl", "triton", "torch", "math", "range", "min", "max", "abs", "len", "int", "float", "bool", "True",
@@ -157,8 +160,6 @@ def table_from(root: Path) -> list[dict]:
     kernel is named too). Small @triton.jit helpers are left out: a student's own can be the same few lines."""
     import re
 
-    from autograder import specs as registry
-    from autograder.publish.handout import TEACHING_KERNELS, answer_modules
 
     def exercises_of(module: str) -> str:  # the exercises graded against this op's torch side
         if module in PARTS_OF_ANSWERS:

@@ -35,6 +35,10 @@ import sys
 import time
 import types
 
+from autograder import config
+from autograder import specs as registry
+from autograder.measure import device
+
 _UNSET = object()
 
 
@@ -49,7 +53,6 @@ def _describe(obj) -> str:
 
 
 def _config_state() -> tuple:
-    from autograder import config
 
     path = os.environ.get(config.ENV_VAR) or str(config.DEFAULT_PATH)
     try:
@@ -333,8 +336,6 @@ def protect(shell=None) -> None:
     global _record
     if _record is not None:
         return
-    from autograder.measure import device
-    from autograder import specs as registry
 
     registry.all_exercises()  # load the specs now, so that they are recorded
     device.profile(progress=False)  # on a GPU: the measured peaks every performance grade divides by

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import re
 
+from autograder.guard.fingerprint import jit_functions, reference_named
+
 # Names whose attributes a submission must not assign: the grader, the libraries it calls into, Python itself.
 PROTECTED_ROOTS = {"autograder", "torch", "triton", "tl", "F", "np", "numpy", "builtins", "sys", "os", "time",
                    "math", "random", "IPython", "nbgrader", "kernels"}
@@ -165,7 +167,6 @@ def scan_notebook(nb: dict) -> list[str]:
 
 def reference_kernels_in(source: str) -> list[tuple[int, str]]:
     """(line, note) for each @triton.jit function of a cell whose code is a course reference kernel's."""
-    from autograder.guard.fingerprint import jit_functions, reference_named
 
     found = []
     for _name, line, code in jit_functions(_strip_magics(source)):

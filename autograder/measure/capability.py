@@ -17,6 +17,7 @@ import dataclasses
 
 import torch
 
+from autograder import runtime
 from autograder.measure import sizes
 
 MIN_CAPABILITY = (7, 5)  # the oldest GPU the course runs on (Turing: T4, RTX 20xx)
@@ -56,7 +57,6 @@ class Capability:
 
 def current() -> Capability | None:
     """The GPU kernels run on; None in Triton's interpreter (no GPU, or TRITON_INTERPRET=1)."""
-    from autograder import runtime
 
     if not runtime.has_gpu():
         return None
