@@ -98,3 +98,114 @@ def test_a_subreaper_ends_a_daemon_that_left_its_session(tmp_path):
             os.kill(pid, 0)
     finally:
         procs.become_subreaper(False)
+
+
+def _jupyter_folders(tmp_path, monkeypatch) -> tuple:
+    """Jupyter's configuration, data and runtime folders for this test alone (as the instructor's ~/.jupyter and
+    ~/.local/share/jupyter would be)."""
+    config, data = tmp_path / "jupyter-config", tmp_path / "jupyter-data"
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(data / "runtime"))
+    return config, data
+
+
+# What a running JupyterLab writes while an instructor works beside the grading: its server's runtime files, the
+# saved layout of its workspace, a changed setting, the notebook-trust and file-id databases. Then it says how many
+# rounds it wrote in a file of its own, and goes on until ended.
+JUPYTERLAB_LIKE = r"""
+import json, os, sqlite3, sys, time
+from pathlib import Path
+
+config, data, count = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+files = [data / "runtime" / f"jpserver-{os.getpid()}.json", data / "runtime" / f"kernel-{os.getpid()}.json",
+         config / "lab" / "workspaces" / "default-37a8.jupyterlab-workspace",
+         config / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"]
+for f in files:
+    f.parent.mkdir(parents=True, exist_ok=True)
+rounds = 0
+while True:
+    rounds += 1
+    for f in files:
+        f.write_text(json.dumps({"round": rounds, "time": time.time()}))
+    for name in ("nbsignatures.db", "file_id_manager.db"):
+        with sqlite3.connect(data / name) as db:
+            db.execute("create table if not exists seen (round integer)")
+            db.execute("insert into seen values (?)", (rounds,))
+    count.write_text(str(rounds))
+    time.sleep(0.2)
+"""
+
+
+def test_the_footprint_leaves_out_what_a_running_jupyterlab_writes(tmp_path, monkeypatch):
+    from autograder.guard.footprint import watched_roots
+
+    config, data = _jupyter_folders(tmp_path, monkeypatch)
+    roots = watched_roots(tmp_path / "course", sandboxed=False)
+    assert config in roots and data in roots  # watched even before they exist: a kernel planted there would count
+    fp = Footprint(roots)
+    lab = subprocess.Popen([sys.executable, "-c", JUPYTERLAB_LIKE, str(config), str(data), str(tmp_path / "rounds")])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "rounds").exists() or int((tmp_path / "rounds").read_text() or 0) < 3:
+            assert time.monotonic() < deadline and lab.poll() is None, "the JupyterLab stand-in did not run"
+            time.sleep(0.1)
+        assert fp.changes() == []
+        planted = data / "kernels" / "python3" / "kernel.json"  # what a notebook could plant: still seen
+        planted.parent.mkdir(parents=True)
+        planted.write_text("{}")
+        assert fp.changes() == [str(planted)]
+    finally:
+        lab.kill()
+        lab.wait()
+    assert watched_roots(tmp_path / "course", sandboxed=True) == [(tmp_path / "course").resolve()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["off", "sandbox"])
+def test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student(tmp_path, monkeypatch, mode):
+    """An instructor's JupyterLab writing its state while the class is graded makes nobody "tampered", without the
+    sandbox (the footprint leaves its state out) and with it; in the sandbox, a notebook that tries to write into
+    the course folder and Jupyter's configuration is refused, and graded like anyone else."""
+    import classroom
+
+    from autograder.classroom.grade_class import grade_class
+    from autograder.guard import sandbox
+
+    if mode == "sandbox":
+        decision = sandbox.decide("auto")
+        if not decision.use:
+            pytest.skip(f"no sandbox on this machine: {decision.why_not}")
+    monkeypatch.setenv(sandbox.SETTING_ENV, "auto" if mode == "sandbox" else "off")
+    config, data = _jupyter_folders(tmp_path, monkeypatch)
+    course = tmp_path / "course"
+    course.mkdir()
+    db = classroom.make_course(course)
+    classroom.submit(course, "alice")
+    planted = [course / "planted.txt", config / "jupyter_server_config.py"]
+    if mode == "sandbox":
+        attempt = ("\nfor target in %r:\n    try:\n        open(target, 'w').write('c.x = 1')\n"
+                   "    except OSError as exc:\n        print('refused', exc)\n" % [str(p) for p in planted])
+        classroom.submit(course, "mallory", {"fused_chain": classroom.solutions()["fused_chain"] + attempt})
+    else:
+        classroom.submit(course, "bob")
+    rounds = tmp_path / "rounds"
+    lab = subprocess.Popen([sys.executable, "-c", JUPYTERLAB_LIKE, str(config), str(data), str(rounds)])
+    try:
+        deadline = time.monotonic() + 60
+        while not rounds.exists() or not rounds.read_text():
+            assert time.monotonic() < deadline and lab.poll() is None, "the JupyterLab stand-in did not start"
+            time.sleep(0.1)
+        before = int(rounds.read_text())
+        log = []
+        rows = grade_class(course, classroom.ASSIGNMENT, timeout=300, db_url=db, echo=log.append, progress=False)
+        assert lab.poll() is None and int(rounds.read_text()) > before + 5, "JupyterLab's stand-in stopped writing"
+    finally:
+        lab.kill()
+        lab.wait()
+    full = sum(classroom.POINTS.values())
+    assert {r["student_id"]: (r["status"], r["score"]) for r in rows} == {
+        s: ("graded", full) for s in ("alice", "mallory" if mode == "sandbox" else "bob")}, (rows, log)
+    assert not any(p.exists() for p in planted)
+    if mode == "sandbox":  # the attempts ran, and failed (the sandbox's /tmp is its own: there, not even found)
+        assert classroom.outputs(course, "mallory").count("refused [Errno") == 2
