@@ -2,6 +2,7 @@
 
 import pytest
 
+from autograder.criteria import audit
 from autograder.criteria import performance as grade_perf
 from autograder.measure import timing
 
@@ -203,11 +204,11 @@ def test_rates_above_the_hardware_are_impossible_whatever_the_exercise_is_graded
     prof = types.SimpleNamespace(copy_gbps=3000.0, matmul_tflops={"bf16": 700.0})  # a device profile's figures
     baseline = grade_perf.Peak("baseline", None, 0, None, "")
     # 2 GiB in 0.75 ms is 2863 GB/s: below the ceiling. In 0.005 ms: 143x it.
-    assert grade_perf.impossible_rate(ex, (None,), 0.75, prof, "bf16", baseline, 1.0, 0.15) is None
-    why = grade_perf.impossible_rate(ex, (None,), 0.005, prof, "bf16", baseline, 1.0, 0.15)
+    assert audit.impossible_rate(ex, (None,), 0.75, prof, "bf16", baseline, 1.0, 0.15) is None
+    why = audit.impossible_rate(ex, (None,), 0.005, prof, "bf16", baseline, 1.0, 0.15)
     assert why.startswith("impossible measurement: work escaped the timer") and "copy bandwidth" in why
     compute = type("Ex", (), {"bytes": None, "flops": staticmethod(lambda x: 1e12)})()
-    assert "matmul rate" in grade_perf.impossible_rate(compute, (None,), 0.1, prof, "bf16", baseline, 1.0, 0.15)
+    assert "matmul rate" in audit.impossible_rate(compute, (None,), 0.1, prof, "bf16", baseline, 1.0, 0.15)
 
 
 def test_no_report_shows_a_fraction_of_a_physical_peak_above_one_as_a_pass():
@@ -246,8 +247,8 @@ def test_a_result_torch_computed_beside_a_do_nothing_kernel_is_not_from_the_kern
     ex = specs.get("01.fused_chain")
     inputs = case_inputs(ex, ex.shapes[0], torch.float32, 5)
     expected = as_tuple(ex.reference(**inputs))
-    assert grade_perf.from_your_kernels(ex, fused_chain, inputs, expected) is None
-    why = grade_perf.from_your_kernels(ex, cheat, inputs, expected)
+    assert audit.from_your_kernels(ex, fused_chain, inputs, expected) is None
+    why = audit.from_your_kernels(ex, cheat, inputs, expected)
     assert why is not None and "the result does not come from your kernels" in why
     # The launch entry points are back afterwards: the kernel runs again.
     assert as_tuple(fused_chain(**inputs))[0].sub(expected[0]).abs().max() < 1e-4
@@ -260,8 +261,8 @@ def test_tensor_subclasses_and_placeholders_are_refused_by_name():
         pass
 
     ex = type("Ex", (), {"function": "rmsnorm"})()
-    assert grade_perf.not_plain(ex, (torch.ones(2),)) is None
-    why = grade_perf.not_plain(ex, (torch.ones(2).as_subclass(Lazy),))
+    assert audit.not_plain(ex, (torch.ones(2),)) is None
+    why = audit.not_plain(ex, (torch.ones(2).as_subclass(Lazy),))
     assert "not a plain torch.Tensor" in why and "Lazy" in why
 
 
@@ -277,16 +278,16 @@ def test_a_thread_the_submission_started_is_named_before_timing_library_threads_
 
     mine = threading.Thread(target=loads_the_gpu_between_calls, name="worker", daemon=True)
     try:
-        assert not any("library-like" in s for s in grade_perf.submission_threads())
+        assert not any("library-like" in s for s in audit.submission_threads())
         mine.start()
-        found = grade_perf.submission_threads()
+        found = audit.submission_threads()
         assert any("loads_the_gpu_between_calls" in s for s in found)
-        assert "a thread your code started is still running" in grade_perf.submission_running()
+        assert "a thread your code started is still running" in audit.submission_running()
     finally:
         stop.set()
         t.join()
         mine.join()
-    assert grade_perf.submission_threads() == []
+    assert audit.submission_threads() == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,20 +14,42 @@ import dataclasses
 import math
 import os
 import statistics
-import sysconfig
 import threading
 
 import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
-from autograder.criteria.cases import case_seed, dtype_name, gpu_case_inputs, left_running, student_error, sync
+from autograder.criteria.audit import (
+    LOOSE,
+    MAX_SPREAD,
+    RATE_NOISE,
+    ROTATION,
+    from_your_kernels,
+    impossible_rate,
+    not_plain,
+    submission_running,
+    timed_result_problem,
+)
+from autograder.criteria.cases import (
+    case_seed,
+    dtype_name,
+    gpu_case_inputs,
+    left_running,
+    student_error,
+)
 from autograder.criteria.outputs import as_outputs, as_tuple, output_problem, relative_error, shares_storage
-from autograder.guard.watch import TritonLaunches, Watch
+from autograder.guard.watch import TritonLaunches
 from autograder.measure import capability, gpu_share
 from autograder.measure import device as device_mod
-from autograder.measure.timing import (SampledCalls, device_work_ms, escaped_work, graph_or_plain,
-                                       interleaved_times, synced_ms)
+from autograder.measure.timing import (
+    SampledCalls,
+    device_work_ms,
+    escaped_work,
+    graph_or_plain,
+    interleaved_times,
+    synced_ms,
+)
 from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
 from autograder.specs.exercise import KernelExercise, Shape
 
@@ -35,11 +57,7 @@ ROUNDS = 4  # rounds of (peak, yours, eager) and (peak, eager, yours): each foll
 REP_MS = 40  # do_bench's time budget per turn and version
 ATTEMPTS = 3  # measurements tried where the GPU was shared while timing, before "not measured"
 PEAK_FLOOR = 0.85  # a peak below this fraction of the profile's, with no NVML to ask, counts as a shared GPU
-ROTATION = 3  # input sets of different values the timed calls take in turn
 KEPT = 3  # timed calls whose outputs are kept (picked at random) and compared with the reference afterwards
-LOOSE = 5e-2  # relative error a timed result may have: this guards against garbage, precision judges the digits
-RATE_NOISE = 0.15  # a rate this far above the GPU's ceiling (plus the turns' spread, up to MAX_SPREAD) is impossible
-MAX_SPREAD = 0.25
 
 
 class SubmissionWork(Exception):
@@ -431,155 +449,3 @@ def _cached_at_benchmark_size(ex: KernelExercise, fn, inputs: dict, outs: tuple,
     return None
 
 
-def impossible_rate(ex: KernelExercise, args: tuple, ms: float, prof, dt: str, peak: Peak, peak_ms: float,
-                    noise: float) -> str | None:
-    """Why a time cannot be right, or None: the bytes the op must move over that time beat this GPU's copy
-    bandwidth, or its flops its matmul rate, by more than the measurement's noise (whatever the exercise is graded
-    against: a baseline's speed too). The ceilings measured in turns with the kernel where there are, else the
-    device profile's."""
-    copy = peak.rate(peak_ms) if peak.kind == "copy" else prof.copy_gbps
-    mm = peak.rate(peak_ms) if peak.kind == "matmul" else prof.matmul_tflops.get(dt)
-    seconds = ms * 1e-3
-    checks = []
-    if ex.bytes is not None and copy:
-        checks.append((ex.bytes(*args) / seconds / 1e9, copy, "GB/s", "bytes the op must move", "copy bandwidth"))
-    if ex.flops is not None and mm:
-        checks.append((ex.flops(*args) / seconds / 1e12, mm, "TFLOP/s", "flops the op must do", f"{dt} matmul rate"))
-    for rate, ceiling, unit, what, name in checks:
-        if rate > ceiling * (1 + noise):
-            return (f"impossible measurement: work escaped the timer. {ms:.4f} ms a call means {rate:.0f} {unit} "
-                    f"for the {what}, {rate / ceiling:.1f}x this GPU's {name} ({ceiling:.0f} {unit}); no kernel "
-                    "can do that, so the timed calls did not do the work (a cache, a side stream, a thread, or "
-                    "less work while timed)")
-    return None
-
-
-def not_plain(ex: KernelExercise, outs) -> str | None:
-    """A returned object that is not a plain torch.Tensor (a subclass, a lazy placeholder) is refused by name:
-    its values could be computed when they are read, after the timer stopped."""
-    for o in outs or ():
-        if type(o) is not torch.Tensor:
-            return (f"{ex.function} returned a {type(o).__module__}.{type(o).__qualname__}, not a plain "
-                    "torch.Tensor: tensor subclasses and placeholders are refused (their values could be "
-                    "computed when read, outside the timed call)")
-    return None
-
-
-def timed_result_problem(ex: KernelExercise, out, expected: tuple, i: int) -> str | None:
-    """What is wrong with the output of a timed call on input set i (form, type or values), or None."""
-    outs = as_outputs(out, len(expected))
-    if outs is None:
-        return f"a timed call (input set {i}) returned {type(out).__name__}, not the outputs"
-    odd = not_plain(ex, outs)
-    if odd:
-        return f"a timed call (input set {i}): {odd}"
-    for o, e in zip(outs, expected):
-        if tuple(o.shape) != tuple(e.shape) or not relative_error(o, e) < LOOSE:
-            return (f"a timed call (input set {i} of {ROTATION}, picked at random among the timed calls) returned "
-                    f"a wrong result: the calls timed are checked too, so doing less when timed, or returning a "
-                    f"result kept from another call, shows")
-    return None
-
-
-class NoLaunches:
-    """While active, every Triton launch returns without running: the entry points TritonLaunches wraps (a jit
-    function's, the interpreter's, the autotuner's and heuristics' run) and a compiled kernel's own launcher."""
-
-    def __enter__(self):
-        from triton.runtime import autotuner, interpreter, jit
-
-        def skip(*args, **kwargs):
-            return None
-
-        self._saved = []
-        for cls in (jit.JITFunction, interpreter.InterpretedFunction, autotuner.Autotuner, autotuner.Heuristics):
-            if "run" in cls.__dict__:
-                self._saved.append((cls, "run", cls.__dict__["run"]))
-                setattr(cls, "run", skip)
-        try:
-            from triton.compiler.compiler import CompiledKernel
-        except ImportError:  # pragma: no cover  (a Triton without the class: nothing more to patch)
-            CompiledKernel = None
-        if CompiledKernel is not None and "__getitem__" in CompiledKernel.__dict__:
-            self._saved.append((CompiledKernel, "__getitem__", CompiledKernel.__dict__["__getitem__"]))
-            setattr(CompiledKernel, "__getitem__", lambda self, grid: skip)
-        return self
-
-    def __exit__(self, *exc):
-        for cls, name, original in reversed(self._saved):
-            setattr(cls, name, original)
-        self._saved.clear()
-        return False
-
-
-def from_your_kernels(ex: KernelExercise, fn, inputs: dict, expected: tuple) -> str | None:
-    """None, or why the result does not come from the submission's kernels: called once on inputs it has never
-    seen with every Triton launch a no-op and every new tensor poisoned (the Watch's guarded buffers), fn still
-    returned an output that matches the reference. Whatever computed it (torch under a disabled dispatch mode, a
-    library, the host), it was not the student's kernels."""
-    try:
-        with NoLaunches(), Watch(TritonLaunches(), poison=True):
-            out = fn(*inputs.values())
-        sync()
-    except Exception:  # noqa: BLE001  a launcher that needs its kernel's result: the kernels do the work
-        sync_quietly()
-        return None
-    outs = as_outputs(out, len(expected))
-    if outs is None:
-        return None
-    for k, (o, e) in enumerate(zip(outs, expected)):
-        if isinstance(o, torch.Tensor) and tuple(o.shape) == tuple(e.shape) and relative_error(o, e) < LOOSE:
-            name = f" ({ex.output_names[k]})" if len(expected) > 1 else ""
-            return (f"the result does not come from your kernels: with every Triton launch turned into a no-op, "
-                    f"{ex.function} still returned the right answer{name} for inputs it had not seen (computed by "
-                    "torch or another library beside the kernels)")
-    return None
-
-
-def sync_quietly():
-    try:
-        sync()
-    except Exception:  # noqa: BLE001  the error already raised is the one that matters
-        pass
-
-
-_LIBRARY_ROOTS = tuple(p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
-                                   sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")} if p)
-
-
-def _library_file(path: str) -> bool:
-    return (not path or path.startswith("<frozen") or path.startswith(_LIBRARY_ROOTS)
-            or any(part in path for part in ("site-packages", "dist-packages", os.sep + "autograder" + os.sep,
-                                             os.sep + "triton" + os.sep, os.sep + "torch" + os.sep)))
-
-
-def submission_threads() -> list[str]:
-    """Live threads running the submission's own code (a function defined outside the libraries and the standard
-    library: a notebook cell's, a student module's), whenever they were started."""
-    found = []
-    for t in threading.enumerate():
-        if t is threading.main_thread() or t is threading.current_thread() or not t.is_alive():
-            continue
-        target = getattr(t, "_target", None) or getattr(t, "function", None)  # a Thread's, a Timer's
-        code = getattr(target, "__code__", None) or getattr(getattr(target, "__func__", None), "__code__", None)
-        if code is None and target is None:  # a Thread subclass: its own run method
-            code = getattr(type(t).run, "__code__", None)
-        path = getattr(code, "co_filename", "")
-        if not _library_file(path):
-            what = getattr(target, "__qualname__", None) or type(t).__qualname__
-            found.append(f"{t.name} ({what}, {os.path.basename(path)})")
-    return found
-
-
-def submission_running() -> str | None:
-    """Why the timing cannot start: a thread or a process of the submission is alive (it could launch work
-    between the timed calls, or hold the GPU), or None."""
-    threads = submission_threads()
-    if threads:
-        return (f"a thread your code started is still running ({'; '.join(threads[:3])}): it could run GPU work "
-                "between the timed calls. Finish (join) every thread before grading")
-    procs = gpu_share.submission_processes()
-    if procs:
-        return (f"a process your code started is still running ({'; '.join(procs[:3])}): it could load the GPU "
-                "while your kernel is timed. End every process it starts before grading")
-    return None
