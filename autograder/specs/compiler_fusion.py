@@ -7,10 +7,10 @@ import math
 
 import torch
 import torch.nn.functional as F
-from autograder.specs import vertical_fusion as rn
-from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import CompiledExercise, KernelExercise, NumericExercise, Shape
 
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs import vertical_fusion as rn
+from autograder.specs.exercise import CompiledExercise, KernelExercise, NumericExercise, Shape
 
 # ---------------------------------------------------------------- the torch side: fake_quant
 # The torch side of fake_quant (notebook 06): per-tensor symmetric int8 fake quantization, as a training

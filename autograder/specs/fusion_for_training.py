@@ -4,17 +4,24 @@ forward and backward never hold the logits."""
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
-from autograder.specs.streaming_reduction_fusion import attention_naive
-from autograder.specs import decoder as dec
-from autograder.specs import streaming_reduction_fusion as fa
-from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import (UNIT_ROUNDOFF, KernelExercise, NumericExercise, Shape, TrainingCase,
-                                      TrainingExercise)
-from autograder.specs.text_corpus import token_ids
-from autograder.specs.streaming_reduction_fusion import _attention_inputs, _ce_inputs, _ce_bytes
 
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs import streaming_reduction_fusion as fa
+from autograder.specs.exercise import (
+    UNIT_ROUNDOFF,
+    KernelExercise,
+    NumericExercise,
+    Shape,
+)
+from autograder.specs.streaming_reduction_fusion import (
+    _attention_inputs,
+    _ce_bytes,
+    _ce_inputs,
+    attention_naive,
+)
 
 # ---------------------------------------------------------------- the torch side: flash_attention_backward
 # The torch side of FlashAttention's backward pass: what grading needs and a student may see (the float64
@@ -434,51 +441,4 @@ LINEAR_CROSS_ENTROPY_BACKWARD = KernelExercise(
 )
 
 
-# --- 3. The capstone: a decoder trained on the student's kernels -------------------------------------------
-
-def _init(config, dtype, device, seed):
-    return dec.init_parameters(config, dtype=dtype, device=device, seed=seed)
-
-
-SMALL = dec.DecoderConfig(vocab=1000, dim=64, layers=2, heads=2, hidden=96)
-TINY = dec.DecoderConfig(vocab=512, dim=32, layers=1, heads=2, hidden=64)
-# The notebook's model: 4 layers of width 512 over the 32k-token vocabulary; the timed one twice as wide.
-CAPSTONE = dec.DecoderConfig(vocab=32768, dim=512, layers=4, heads=8, hidden=1408)
-CAPSTONE_WIDE = dec.DecoderConfig(vocab=32768, dim=1024, layers=4, heads=16, hidden=2816)
-
-DECODER = TrainingExercise(
-    id="07.decoder",
-    # The capstone's forward and backward at d = 1024 (4 layers, 8 x 1024 tokens, bf16) against torch.compile of the
-    # eager model, timed in turns. A step of ~90 kernels is partly bound by Python's launches: under the grader the
-    # reference reaches 0.67-0.96 of torch.compile's speed and 1.51x eager at its slowest of 5 runs on an H100
-    # (kernels/bench/results/headroom/); at d = 512 launches bound it more, hence the wider model. Eager itself reaches
-    # 0.44 of torch.compile (0.49 on an H200), so the speed-up bar is what fails it: more than 1.15x, past eager's
-    # noise against itself.
-    bars=dict(min_fraction_of_compiled=0.4, min_speedup_over_eager=1.15),
-    notebook=NOTEBOOK,
-    function="decoder_loss",
-    signature="decoder_loss(params, tokens, targets, config) -> loss",
-    summary="the mean cross-entropy of a Llama-style decoder whose forward and backward run on your kernels "
-            "(RMSNorm, FlashAttention, SwiGLU's activation, linear cross-entropy) behind autograd Functions.",
-    criteria=("correctness", "training", "performance", "memory"),
-    init=_init,
-    reference=dec.decoder_loss_and_grads_reference,
-    eager=dec.decoder_loss_eager,
-    tokens=token_ids,
-    cases_cpu=(TrainingCase(SMALL, 2, 64), TrainingCase(dec.DecoderConfig(700, 32, 1, 2, 48), 1, 40)),
-    cases_gpu=(TrainingCase(dec.DecoderConfig(32768, 512, 2, 8, 1408), 2, 256),
-               TrainingCase(dec.DecoderConfig(5000, 256, 2, 4, 688), 3, 200)),
-    training_cpu=TrainingCase(TINY, 2, 32, steps=8, lr=1e-2),
-    training_gpu=TrainingCase(CAPSTONE, 8, 1024, steps=200, lr=1e-3),
-    perf_case=TrainingCase(CAPSTONE_WIDE, 8, 1024),
-    memory_cpu=TrainingCase(dec.DecoderConfig(8192, 32, 1, 2, 64), 4, 64),
-    memory_gpu=TrainingCase(CAPSTONE_WIDE, 8, 1024),
-    precision_floor={torch.float32: 1e-5, torch.bfloat16: 1e-2},
-    # Runs in bfloat16 go their own ways: on an H100, 100 steps in (the loss still falling fast), eager and
-    # torch.compile stood 0.07 apart and the reference 0.11 below eager; after 200 steps, 0.04 and 0.03. The
-    # mean of the last 20 of 200 losses, within 0.08 (or three times eager's own float32-bfloat16 gap).
-    loss_window=20,
-    loss_floor=0.08,
-)
-
-EXERCISES = (PREDICT_SAVED, FLASH_ATTENTION_BACKWARD, LINEAR_CROSS_ENTROPY_BACKWARD, DECODER)
+EXERCISES = (PREDICT_SAVED, FLASH_ATTENTION_BACKWARD, LINEAR_CROSS_ENTROPY_BACKWARD)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 import math
+
+import torch
 import torch.nn.functional as F
+
 from autograder.guard.watch import to_device_keeping_layout
 from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
-
 
 # ---------------------------------------------------------------- the torch side: fused_chain
 # The torch side of fused chain: what grading needs and a student may see (the float64

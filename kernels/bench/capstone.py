@@ -14,7 +14,7 @@ import sys
 
 from autograder.measure.timing import bench_interleaved
 from autograder.specs import decoder as dec
-from autograder.specs.fusion_for_training import CAPSTONE, CAPSTONE_WIDE
+from autograder.specs.decoder import CAPSTONE, CAPSTONE_WIDE
 from autograder.specs.text_corpus import batches, token_ids
 from kernels.bench.common import part_main
 from kernels.bench.streaming import peak_extra_gib
