@@ -1,13 +1,15 @@
-"""Notebook 02, vertical fusion: RMSNorm, add + RMSNorm, LayerNorm, a precision repair, RMSNorm backward."""
+"""Notebook 02, vertical fusion: a prediction of RMSNorm's traffic, RMSNorm, add + RMSNorm, LayerNorm, a precision
+repair, RMSNorm backward."""
 
 from __future__ import annotations
 
-import math
-import torch
 import dataclasses
-from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import KernelExercise, Shape
+import math
 
+import torch
+
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
 
 # ---------------------------------------------------------------- the torch side: rmsnorm
 # The torch side of rmsnorm: what grading needs and a student may see (the float64
@@ -114,6 +116,51 @@ def rmsnorm_backward_bytes(x, weight, dy, eps=0.0) -> int:
 # ---------------------------------------------------------------- the exercises
 
 NOTEBOOK = "02_vertical_fusion"
+
+
+# (a) Predict before measuring: the bytes of RMSNorm three ways -------------------------------------------
+
+def predicted_rmsnorm_bytes_reference(rows: int, cols: int, elem_bytes: int) -> tuple[int, int, int]:
+    """HBM bytes of (eager, two-pass, one-pass) RMSNorm of an (rows, cols) tensor, counting the tensors of x's
+    size only (the weight is one row). Eager: the norm reads x (1); x * rstd reads x and writes a temporary (2);
+    times the weight reads it and writes y (2). Two passes: x twice and y once. One pass: x once, y once."""
+    x = rows * cols * elem_bytes
+    return 5 * x, 3 * x, 2 * x
+
+
+def _predict_cases(rng):
+    cases = [(32768, 4096, 2), (1, 1, 4)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 100_000), rng.randint(1, 16384), rng.choice((1, 2, 4, 8))))
+    return cases
+
+
+def _diagnose_predict(args, got, expected):
+    elem_bytes = args[2]
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-6)
+    if all(close(g * elem_bytes, e) for g, e in zip(got, expected)) and elem_bytes != 1:
+        return "these are elements, not bytes: multiply by elem_bytes"
+    if close(got[0], 3 * expected[2] / 2):
+        return "eager: three kernels, but five trips of x-sized tensors (the norm reads x; x * rstd reads and " \
+               "writes; * weight reads and writes)"
+    if close(got[2], expected[1]):
+        return "the one-pass kernel reads x once and writes y once: 2|x|"
+    if close(got[1], expected[2]):
+        return "the two-pass kernel reads x twice (once for the statistic, once to normalise): 3|x|"
+    return None
+
+
+PREDICT_RMSNORM_BYTES = NumericExercise(
+    id="02.predict_rmsnorm_bytes",
+    notebook=NOTEBOOK,
+    function="predicted_rmsnorm_bytes",
+    signature="predicted_rmsnorm_bytes(rows, cols, elem_bytes) -> (eager, two_pass, one_pass)",
+    summary="Predict the HBM bytes of RMSNorm unfused, in two passes and in one pass, before timing them.",
+    criteria=("correctness",),
+    cases=_predict_cases,
+    reference=predicted_rmsnorm_bytes_reference,
+    diagnose=_diagnose_predict,
+)
 EPS = 1e-5
 LN_OFFSET = 300.0  # the mean that makes E[x^2] - E[x]^2 cancel in fp32
 
@@ -378,4 +425,4 @@ RMSNORM_BACKWARD = KernelExercise(
     special_values=False,
 )
 
-EXERCISES = (RMSNORM, ADD_RMSNORM, LAYERNORM, RMSNORM_REPAIR, RMSNORM_BACKWARD)
+EXERCISES = (PREDICT_RMSNORM_BYTES, RMSNORM, ADD_RMSNORM, LAYERNORM, RMSNORM_REPAIR, RMSNORM_BACKWARD)
