@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 import math
-from autograder.guard.watch import to_device_keeping_layout
-from autograder.specs.exercise import KernelExercise, Shape, StepExercise
-from autograder.specs.rounding import TF32_NOTE, tf32
 
+import torch
+
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.specs.exercise import KernelExercise, NumericExercise, Shape, StepExercise
+from autograder.specs.rounding import TF32_NOTE, tf32
 
 # ---------------------------------------------------------------- the torch side: row_sum_sumsq
 # The torch side of row sum sumsq: what grading needs and a student may see (the float64
@@ -385,4 +386,47 @@ ADAMW_STEP = StepExercise(
     ),
 )
 
-EXERCISES = (ROW_SUM_SUMSQ, QKV_PROJECTION, ADAMW_STEP)
+# Predict before measuring: the bytes of two row statistics, as two reductions and as one kernel -----------
+
+def predicted_row_stats_bytes_reference(rows: int, cols: int, elem_bytes: int) -> tuple[int, int]:
+    """HBM bytes of (two separate reductions, one fused kernel) computing each row's sum and sum of squares of
+    x (rows, cols), both float32 (rows,) outputs. Each reduction reads x and writes its float32 output; the fused
+    kernel reads x once and writes both."""
+    x = rows * cols * elem_bytes
+    return 2 * x + 8 * rows, x + 8 * rows
+
+
+def _stats_cases(rng):
+    cases = [(32768, 4096, 2), (1, 1, 4), (1000, 1, 2)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 100_000), rng.randint(1, 65536), rng.choice((1, 2, 4))))
+    return cases
+
+
+def _diagnose_stats(args, got, expected):
+    rows, cols, elem_bytes = args
+    x = rows * cols * elem_bytes
+    close = lambda a, b: math.isclose(a, b, rel_tol=1e-6)
+    if close(got[0], 2 * x) or close(got[1], x):
+        return "the outputs are bytes too: each statistic writes rows float32 values (4 bytes each)"
+    if elem_bytes != 4 and close(got[1], x + 2 * rows * elem_bytes):
+        return "the outputs are float32 whatever x's dtype: 4 bytes each"
+    if close(got[0], x + 8 * rows):
+        return "two separate reductions each read all of x: 2|x|"
+    return None
+
+
+PREDICT_ROW_STATS_BYTES = NumericExercise(
+    id="03.predict_row_stats_bytes",
+    notebook=NOTEBOOK,
+    function="predicted_row_stats_bytes",
+    signature="predicted_row_stats_bytes(rows, cols, elem_bytes) -> (two_reductions, fused)",
+    summary="Predict the HBM bytes of a row's sum and sum of squares, as two reductions and as one kernel.",
+    criteria=("correctness",),
+    cases=_stats_cases,
+    reference=predicted_row_stats_bytes_reference,
+    diagnose=_diagnose_stats,
+)
+
+
+EXERCISES = (PREDICT_ROW_STATS_BYTES, ROW_SUM_SUMSQ, QKV_PROJECTION, ADAMW_STEP)

@@ -9,6 +9,8 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 03 · Horizontal fusion: shared inputs, sibling reductions, one launch for many tensors
 #
+# About 5 hours · difficulty ★★☆ · prerequisites: notebooks 01 and 02 (the cost model, row-wise Triton kernels)
+#
 # Notebooks 01 and 02 fused a producer into its consumer. This one fuses **siblings**: operations with no
 # data dependency between them, side by side. Two things can be saved that way:
 #
@@ -23,10 +25,19 @@
 # 1. count what siblings sharing an input cost unfused and fused, and measure your two row statistics against
 #    two separate reductions;
 # 2. measure Q, K and V as three GEMMs against one GEMM over the concatenated weight, at a decode shape and a
-#    prefill shape, against the model, see why the answer differs between the two, then place your fused
-#    QKV kernel among them;
+#    prefill shape, against the model, see why the answer differs between the two; read a worked tiled
+#    matmul in Triton (`tl.dot` over tiles), then write your fused QKV kernel on that pattern and place it
+#    among them;
 # 3. measure the time of updating many small tensors against their number: your AdamW step launched once per
 #    tensor, the same under a CUDA graph, and one launch for all of them.
+#
+# | exercise | time | difficulty | points |
+# |---|---|---|---|
+# | 03.predict_row_stats_bytes | 10 min | ★☆☆ | 2 |
+# | 03.row_sum_sumsq | 30 min | ★☆☆ | 7 |
+# | 03.qkv_projection | 75 min | ★★★ | 12 |
+# | 03.adamw_step | 75 min | ★★☆ | 12 |
+# | two written questions | 15 min | ★☆☆ | 2 |
 #
 # Without a GPU, kernels run in Triton's interpreter: graded for correctness there, not for speed, and the
 # plots show the cost model for a reference H200 instead of measurements.
@@ -49,6 +60,7 @@ from autograder.specs import horizontal_fusion as qkv_ops
 from autograder.specs import horizontal_fusion as stats_ops
 from autograder.teach.plots import bars_against_model, launch_seconds, peaks, print_against_model
 from autograder.measure.timing import bench_versions, not_written
+from kernels import matmul as tiled  # the worked tiled matmul of section 3
 
 profile = autograder.device_profile()
 print(profile.describe())
@@ -63,8 +75,12 @@ if ON_GPU:
 # ## 1. Siblings that share an input
 #
 # Take `k` operations that all read the same tensor `X` and write outputs `Y₁ … Y_k`, none needing another's
-# result. Run one kernel each, and `X` crosses HBM `k` times. Run them in one kernel that loads each tile of
-# `X` once and hands it to all `k`, and it crosses once:
+# result. Run one kernel each, and `X` crosses HBM `k` times. Run them in one kernel that loads each **tile** of
+# `X` (a rectangular block of it, the piece one program loads and works on at a time) once and hands it to all
+# `k`, and it crosses once:
+#
+# ![Left, unfused: two kernels each read all of X from HBM and write their own output. Right, fused: one kernel
+# reads each tile of X once and computes both outputs from it.](figures/horizontal_fusion.svg)
 #
 # | | HBM traffic | launches |
 # |---|---|---|
@@ -79,47 +95,113 @@ if ON_GPU:
 # The sum and the sum of squares of each row give its mean and variance (LayerNorm, BatchNorm statistics,
 # the RMS of a row); the max and the sum give a softmax's normaliser. Written as two lines of PyTorch,
 # each statistic is its own reduction kernel and reads all of `x`: `2|x|`. The outputs are one number a
-# row. Fused: `|x|`, so the prediction is a speed-up of 2 from bytes alone. The cell below gives the
-# model's times for 32768 × 4096 bf16 (256 MiB) on this GPU; after the exercise you measure your kernel
-# against them.
+# row. Fused: `|x|`, so the prediction is a speed-up of about 2 from bytes alone. Write that prediction down
+# as a function first; the cell after it turns it into times for 32768 × 4096 bf16 (256 MiB) on this GPU, and
+# after the exercise you measure your kernel against them.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 03.predict_row_stats_bytes · Predict the traffic of two row statistics   (about 10 min · ★☆☆)
+#
+# **Spec.** `predicted_row_stats_bytes(rows, cols, elem_bytes) -> (two_reductions, fused)`: the bytes that
+# computing each row's sum and sum of squares of `x` (shape `(rows, cols)`, `elem_bytes` bytes an element) moves
+# through HBM, as two separate reduction kernels and as one fused kernel, two integers. Both outputs are
+# float32 vectors of `rows` values; count them too, and assume every read misses the cache.
+#
+# **Hints** *(optional)*. Each reduction kernel reads all of `x` and writes its own output.
+#
+# **Graded.**
+# <!-- graded: 03.predict_row_stats_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_row_stats_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_row_stats_bytes(rows: int, cols: int, elem_bytes: int) -> tuple[int, int]:
+    """HBM bytes of (two reductions, one fused kernel) for the float32 row sums and sums of squares of x."""
+    ### BEGIN SOLUTION
+    x = rows * cols * elem_bytes
+    return 2 * x + 8 * rows, x + 8 * rows  # each output: rows float32 values
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_row_stats_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("03.predict_row_stats_bytes", predicted_row_stats_bytes).assert_passed("correctness")
 
 # %% nbgrader={"grade": false, "grade_id": "stats-model", "locked": true, "schema_version": 3, "solution": false}
 STATS_M, STATS_N = 32768, 4096
 x_bytes = STATS_M * STATS_N * 2
-stats_model_ms = {"eager (2 reductions)": 2 * x_bytes / (bw_gbps * 1e6),
-                  "your row_sum_sumsq": x_bytes / (bw_gbps * 1e6)}
+try:
+    stats_bytes = predicted_row_stats_bytes(STATS_M, STATS_N, 2)
+except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
+    if not not_written(exc):
+        raise
+    print("predicted_row_stats_bytes is not written yet: the grader's model stands in for it")
+    stats_bytes = stats_ops.predicted_row_stats_bytes_reference(STATS_M, STATS_N, 2)
+stats_model_ms = {name: n / (bw_gbps * 1e6) for name, n in zip(("eager (2 reductions)", "your row_sum_sumsq"),
+                                                              stats_bytes)}
 print(f"{STATS_M} x {STATS_N} bf16 = {x_bytes / 2**20:.0f} MiB at {bw_gbps:.0f} GB/s ({peak_label}):")
 for name, ms in stats_model_ms.items():
     print(f"  model, {name:<22} {ms:6.3f} ms")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stats-ex-md", "locked": true, "schema_version": 3, "solution": false}
-# ### Exercise 1: one read, two statistics
-# Write `row_sum_sumsq(x)` returning `(row_sum, row_sumsq)`, both **float32** of shape `(M,)`, for `x` of
-# shape `(M, N)` in fp32, fp16 or bf16, with any `N` (rows longer than one block too: loop over the row
-# with a running sum per lane) and any strides (the grader also passes transposed and padded views). Both
-# sums in float32: the grader's rows reach values of a few hundred, whose squares do not fit in fp16, and
-# measures the error for rows of 1024 to 65536 elements. One launch, one read of `x`.
+# ### Exercise 03.row_sum_sumsq · One read, two statistics   (about 30 min · ★☆☆)
 #
-# Hint: a program can own several short rows at once, `BLOCK_M × BLOCK_N` tiles reduced along `axis=1`.
+# **Spec.** `row_sum_sumsq(x) -> (row_sum, row_sumsq)`: `x` of shape `(M, N)` in float32, float16 or bfloat16,
+# any `N` (rows longer than one block too) and any strides (the grader also passes transposed and padded views:
+# use both `x.stride(0)` and `x.stride(1)`). Returns two new float32 tensors of shape `(M,)`: each row's sum and
+# sum of squares, both accumulated in float32, from **one** launch that reads `x` once. The grader's rows reach
+# values of a few hundred, whose squares do not fit in float16, and it measures the error for rows of 1024 to
+# 65536 elements.
+#
+# **Hints** *(optional)*. Loop over a row in blocks with a running float32 sum per lane, and reduce the lanes once
+# at the end. A program can own several short rows at once: `BLOCK_M × BLOCK_N` tiles reduced along `axis=1`.
+# Speed: blocks of a few hundred columns keep more loads in flight than one block spanning a long row.
+#
+# **Graded.**
+# <!-- graded: 03.row_sum_sumsq -->
 
 # %% nbgrader={"grade": false, "grade_id": "row_sum_sumsq", "locked": false, "schema_version": 3, "solution": true}
-### BEGIN SOLUTION
-# include: kernels/row_sum_sumsq.py (_row_sum_sumsq_kernel, sumsq_launch_settings, row_sum_sumsq)
-### END SOLUTION
+@triton.jit
+def _row_sum_sumsq_kernel(x_ptr, sum_ptr, sumsq_ptr, M, N, stride_xm, stride_xn,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Rows tl.program_id(0) * BLOCK_M .. + BLOCK_M - 1 of x (M, N; strides stride_xm, stride_xn): their float32 sums
+    and sums of squares into sum_ptr[rows] and sumsq_ptr[rows]."""
+    # 1. my rows (and a mask for those past M); float32 accumulators of shape (BLOCK_M, BLOCK_N) for both sums
+    # 2. loop over the columns BLOCK_N at a time: load the (BLOCK_M, BLOCK_N) tile through both strides (masked,
+    #    padding 0), upcast to float32, add it and its square to the accumulators
+    # 3. reduce each accumulator along axis=1 and store both (masked)
+    ### BEGIN SOLUTION
+    # include body: kernels/row_sum_sumsq.py (_row_sum_sumsq_kernel)
+    ### END SOLUTION
+
+
+def sumsq_launch_settings(M: int, N: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps) for x of shape (M, N): powers of two."""
+    # a block of a few hundred columns at most, and enough rows a program to fill it when rows are short
+    ### BEGIN SOLUTION
+    # include body: kernels/row_sum_sumsq.py (sumsq_launch_settings)
+    ### END SOLUTION
+
+
+def row_sum_sumsq(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum over each row, sum of squares over each row) of x (M, N), both new float32 tensors (M,),
+    from one launch."""
+    # 1. check that x is 2-D and floating-point
+    # 2. allocate the two float32 outputs
+    # 3. launch cdiv(M, BLOCK_M) programs with both strides of x; return (sums, sumsqs)
+    ### BEGIN SOLUTION
+    # include body: kernels/row_sum_sumsq.py (row_sum_sumsq)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "row_sum_sumsq-try", "locked": true, "schema_version": 3, "solution": false}
 check("03.row_sum_sumsq", row_sum_sumsq)
 
-# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_correctness", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("03.row_sum_sumsq", row_sum_sumsq, criteria=["correctness"]).assert_passed("correctness")
 
 # %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("03.row_sum_sumsq", row_sum_sumsq, criteria=["precision"]).assert_passed("precision")
 
-# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_performance", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("03.row_sum_sumsq", row_sum_sumsq, criteria=["performance"]).assert_passed("performance")
 
-# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_fusion", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 check("03.row_sum_sumsq", row_sum_sumsq, criteria=["fusion"]).assert_passed("fusion")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stats-measure-md", "locked": true, "schema_version": 3, "solution": false}
@@ -147,10 +229,14 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "stats-discuss", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: your kernel near its line (it only reads, so it can even edge past a copy, which both
-# reads and writes; the course's reference kernel reaches about 0.9 of copy on an H200); eager near twice
+# reads and writes); eager near twice
 # that. Whatever `torch.compile` does, compare it with both lines: a compiler may or may not put the two
 # reductions in one loop. If yours sits well above its line, look at how much of a row one program loads
 # at a time: blocks of a few hundred columns keep more loads in flight than one block spanning the row.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "stats-ref-run", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's kernel (blocks of 512 columns, 4 warps) reached 0.89 of copy bandwidth on an
+# H200 at 32768 × 4096 bf16, against 0.62 with one 4096-wide block a row.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "qkv-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 3. Q, K and V: three GEMMs or one
@@ -158,7 +244,11 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 # Attention starts with three projections of the same activations `X` (`M` rows of width `K`):
 # `Q = X·W_qᵀ`, `K = X·W_kᵀ`, `V = X·W_vᵀ`. Stack the three weights into one `W_qkv` of `n_q + 2·n_kv` rows
 # (with grouped-query attention `n_kv < n_q`), run one GEMM, and Q, K and V are column slices of its output:
-# views, no copies. Inference engines store the weight stacked for exactly this reason. With `e` bytes an
+# views, no copies. Inference engines store the weight stacked for exactly this reason.
+#
+# ![W_q, W_k and W_v stacked row-wise into one W_qkv; one GEMM of X with it gives an output whose first n_q
+# columns are Q, the next n_kv are K and the last n_kv are V, all views of one buffer.](figures/qkv_stacking.svg)
+# With `e` bytes an
 # element and `N = n_q + 2·n_kv`:
 #
 # | | bytes | flops | launches |
@@ -180,7 +270,7 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 # heads of 128: `n_q = 4096`, `n_kv = 1024`) in bf16 with cuBLAS: three GEMMs, and one GEMM over `W_qkv`,
 # against the model (roofline plus launches). Each version is timed as replays of a CUDA graph, as inference
 # engines run decode: a kernel of 20 µs would otherwise be timed together with the host's work of launching
-# it (section 4 measures that part). Your own Triton kernel joins these curves after exercise 2.
+# it (section 4 measures that part). Your own Triton kernel joins these curves after its exercise.
 
 # %% nbgrader={"grade": false, "grade_id": "qkv-measure", "locked": true, "schema_version": 3, "solution": false}
 K_DIM, N_Q, N_KV = 4096, 4096, 1024
@@ -249,6 +339,16 @@ for m, t3, t1 in zip(MS, model_three, model_one):
 # stacked weight (cuBLAS, Llama-2-7B's MLP: 4096 → 2 × 11008; graph replays again). Notebook 04 goes further and applies
 # `silu(gate) · up` in the same kernel, so that neither half is ever written.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-prefill-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** At prefill (M = 8192) the fused GEMM saves `2·|X|`, 128 MiB here, yet it is barely
+# faster than three GEMMs. Why? Use the model's two terms in your answer. (Two or three sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-prefill", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Each GEMM at M = 8192 is compute-bound: 2·M·N·K flops take longer at the matmul peak than its bytes take at
+# the copy bandwidth, so the time is flops / peak and the flops are the same fused or not. The 128 MiB saved would
+# cost about 40 µs of bandwidth, a few percent of GEMMs that take over a millisecond, and even that overlaps with
+# the arithmetic; what decides the time is how close each GEMM gets to the peak (its tile shape), not the bytes.
+
 # %% nbgrader={"grade": false, "grade_id": "swiglu-measure", "locked": true, "schema_version": 3, "solution": false}
 H_MODEL, H_MLP = 4096, 11008
 swiglu_rows = {}
@@ -272,39 +372,112 @@ for ax, (m, row) in zip(axes, swiglu_rows.items()):
 plt.tight_layout()
 plt.show()
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "matmul-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 3b. A tiled matmul in Triton, worked
+#
+# Your fused QKV kernel is a GEMM. Before you write one, read one: `kernels/matmul.py` (handed out with the
+# course) computes `out = x @ w` for `x (M, K)` and `w (K, N)`. Notebook 04 builds on this same kernel.
+#
+# * **One program, one output tile.** A program owns a `BLOCK_M × BLOCK_N` tile of `out`: rows `rm` and columns
+#   `rn`. The grid has `cdiv(M, BLOCK_M) · cdiv(N, BLOCK_N)` programs.
+# * **Walk K in steps.** `tile_dot` keeps pointers to an `x` tile (`BLOCK_M × BLOCK_K`) and a `w` tile
+#   (`BLOCK_K × BLOCK_N`), built from the **strides** (how many elements apart two neighbours along an axis
+#   are: `x.stride(0)` between rows, `x.stride(1)` between columns). Each step loads both tiles, masked at the
+#   ragged edges with `other=0.0` (zeros add nothing to a dot product), and adds `tl.dot(a, b)` into **one
+#   float32 accumulator**; then it moves both pointers `BLOCK_K` along K.
+# * **Round once, store once.** After the loop the tile is cast to the output's dtype and stored, masked.
+# * **Order of the tiles.** `grouped_tile` numbers the tiles so that programs running at the same time share
+#   rows of `x` and columns of `w` in L2 (notebook 04 measures what that is worth).
+# * **float32.** `tl.dot` rounds float32 operands to TF32 (10 bits of mantissa) unless given
+#   `input_precision="ieee"`; PyTorch's float32 matmul does not, hence `dot_precision`.
+#
+# Strides make transposes free: `w_qkv` is stored `(N, K)` (`nn.Linear`'s layout), and `w_qkv.T` is the same
+# memory read with its two strides swapped. The cell below prints the loop and checks the kernel against
+# PyTorch on a ragged shape, both ways round.
+
+# %% nbgrader={"grade": false, "grade_id": "matmul-demo", "locked": true, "schema_version": 3, "solution": false}
+import inspect
+
+print(inspect.getsource(tiled.tile_dot))
+x_demo = torch.randn(37, 70, device=DEVICE)
+w_demo = torch.randn(100, 70, device=DEVICE)  # (N, K), nn.Linear's layout
+small = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
+got = tiled.matmul(x_demo, w_demo.T, **small)  # w_demo.T: a view, strides (1, 70); nothing is copied
+print(f"x @ w.T, {tuple(got.shape)}: largest difference from torch {(got - x_demo @ w_demo.T).abs().max().item():.1e}")
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "qkv-ex-md", "locked": true, "schema_version": 3, "solution": false}
-# ### Exercise 2: the fused QKV projection
-# Write `qkv_projection(x, w_qkv, kv_width)` for `x` of shape `(M, K)` and `w_qkv` of shape
-# `(n_q + 2·kv_width, K)` (the layout of `nn.Linear.weight`: one row per output feature; the rows of `W_q`,
-# then `W_k`, then `W_v`). Return `(q, k, v)` of widths `n_q`, `kv_width`, `kv_width`, computed by **one**
-# Triton GEMM kernel that writes one `(M, N)` output; `q`, `k`, `v` must be **views** of it.
+# ### Exercise 03.qkv_projection · The fused QKV projection   (about 75 min · ★★★)
 #
-# * A program computes one `BLOCK_M × BLOCK_N` tile of the output. It walks `K` in steps of `BLOCK_K`,
-#   loading an `x` tile and a tile of `w_qkvᵀ` (load `w_qkv` with its strides swapped: no transpose is ever
-#   materialised) and accumulating `tl.dot` into **one float32 accumulator** for the whole loop.
-# * `M`, `N` and `K` need not be multiples of the tile: mask the loads (with `other=0.0`) and the store.
-# * `x` may have rows further apart than `K`: use its strides.
-# * For float32 inputs pass `input_precision="ieee"` to `tl.dot`; by default it rounds float32 inputs to
-#   TF32 (10 bits of mantissa), which PyTorch's float32 matmul does not do.
+# **Spec.** `qkv_projection(x, w_qkv, kv_width) -> (q, k, v)`: `x (M, K)` (rows possibly further apart than `K`)
+# and `w_qkv (n_q + 2·kv_width, K)` of one floating dtype, in `nn.Linear.weight`'s layout: the rows of `W_q`, then
+# `W_k`, then `W_v`. Returns `q (M, n_q)`, `k (M, kv_width)`, `v (M, kv_width)` of `x`'s dtype: `x @ w_qkv.T`,
+# computed by **one** Triton GEMM kernel that writes one `(M, N)` output, of which `q`, `k` and `v` are **views**
+# (column slices).
 #
-# Graded: correctness (fp32, fp16; bf16 on a GPU) on shapes down to a single row, precision as `K` grows
-# from 256 to 16384, performance at an 8B-class model's decode shape (16 rows, `K = 4096`,
-# `N = 4096 + 2·1024`) as bandwidth against this GPU's copy rate and as a speed-up over three GEMMs (both
-# measured in turns with your kernel, each version replayed from a CUDA graph so that the host's launch cost
-# stays out), and fusion (one launch, views).
+# **Hints** *(optional)*. Follow the worked matmul above: one program per output tile, one float32 accumulator
+# for the whole K loop, masked loads and store. Read `w_qkv` with its strides swapped (no transpose is ever
+# materialised); your kernel may call `tiled.tile_dot` and `tiled.grouped_tile` directly. For float32 pass
+# `input_precision="ieee"` to `tl.dot`. Speed at decode (16 rows): small tiles (`BLOCK_M = 16`, `BLOCK_N = 32`,
+# `BLOCK_K = 128`) stream the weight through many programs; larger tiles suit larger `M`.
+#
+# **Graded.** Performance is measured at an 8B-class model's decode shape, each version replayed from a CUDA
+# graph so that the host's launch cost stays out.
+# <!-- graded: 03.qkv_projection -->
 
 # %% nbgrader={"grade": false, "grade_id": "qkv_projection", "locked": false, "schema_version": 3, "solution": true}
-### BEGIN SOLUTION
-# include: kernels/qkv_projection.py (_qkv_kernel, qkv_launch_settings, split_qkv, qkv_projection)
-### END SOLUTION
+@triton.jit
+def _qkv_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk, stride_om,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                PRECISION: tl.constexpr):
+    # Output tiles in groups of GROUP_M tile-rows: neighbouring programs share x and w tiles in L2.
+    """One BLOCK_M x BLOCK_N tile of out (M, N) = x (M, K) @ w.T, w (N, K): strides stride_wn between w's rows,
+    stride_wk along them. PRECISION is tl.dot's input_precision."""
+    # 1. which tile is mine: from tl.program_id(0), a tile-row pid_m and tile-column pid_n (grouped, for L2)
+    # 2. rows rm and columns rn of the tile; pointers to the first x tile (BLOCK_M, BLOCK_K) and to the first tile
+    #    of w.T (BLOCK_K, BLOCK_N), built with w's strides swapped
+    # 3. a float32 accumulator; loop over K in steps of BLOCK_K: masked loads (other=0.0), tl.dot into the
+    #    accumulator, advance both pointers
+    # 4. cast the tile to out's dtype and store it (masked)
+    ### BEGIN SOLUTION
+    # include body: kernels/qkv_projection.py (_qkv_kernel)
+    ### END SOLUTION
+
+
+def qkv_launch_settings(M: int, N: int, K: int) -> dict:
+    """Tile sizes and launch options (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages) for
+    an (M, K) x (K, N) GEMM."""
+    # small tiles at decode (a few rows), larger ones as M grows
+    ### BEGIN SOLUTION
+    # include body: kernels/qkv_projection.py (qkv_launch_settings)
+    ### END SOLUTION
+
+
+def split_qkv(out: torch.Tensor, kv_width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v): column slices (views) of out (M, n_q + 2 kv_width)."""
+    # three slices of out's columns; no copies
+    ### BEGIN SOLUTION
+    # include body: kernels/qkv_projection.py (split_qkv)
+    ### END SOLUTION
+
+
+def qkv_projection(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
+    """(q, k, v) = split(x @ w_qkv.T) for x (M, K), w_qkv (n_q + 2 kv_width, K): views of one (M, N)
+    output of x's dtype, from one launch."""
+    # 1. check the shapes and dtypes, and that 0 < 2 * kv_width < N
+    # 2. allocate out (M, N); choose the tiles; grid = the number of output tiles
+    # 3. launch with both strides of x and of w_qkv, and tl.dot's precision for the dtype
+    # 4. return the three views of out
+    ### BEGIN SOLUTION
+    # include body: kernels/qkv_projection.py (qkv_projection)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "qkv_projection-try", "locked": true, "schema_version": 3, "solution": false}
 check("03.qkv_projection", qkv_projection)
 
-# %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
 check("03.qkv_projection", qkv_projection, criteria=["correctness"]).assert_passed("correctness")
 
-# %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+# %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_precision", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("03.qkv_projection", qkv_projection, criteria=["precision"]).assert_passed("precision")
 
 # %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -353,10 +526,12 @@ if qkv_us.get("your qkv_projection"):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "qkv-yours-discuss", "locked": true, "schema_version": 3, "solution": false}
 # What to look for. At decode your kernel should reach the one-GEMM line: a 16-row GEMM streams the weight,
 # and a plain Triton kernel with small tiles streams it about as well as cuBLAS. Between decode and prefill
-# and at prefill, your fused kernel is only as fast as its GEMM: the course's reference kernel, with a tile
-# shape chosen for each regime, keeps up with cuBLAS at decode, falls behind between (M of 64 to 256, where
-# its tile choice is poorer) and reaches about three quarters of cuBLAS at prefill on an H200. Notebook 04
-# builds a faster GEMM.
+# and at prefill, your fused kernel is only as fast as its GEMM. Notebook 04 builds a faster GEMM.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "qkv-ref-run", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's kernel, with a tile shape chosen for each regime, kept up with cuBLAS at
+# decode (the weights streamed at 0.75 of copy bandwidth), fell behind between (M of 64 to 256, where its tile
+# choice is poorer) and reached about three quarters of cuBLAS at prefill, on an H200.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "launch-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 4. Many small tensors: one launch for all of them
@@ -396,11 +571,11 @@ for t, per, one in zip(TS, model_per_tensor, model_one_launch):
     print(f"{t:>6} {per:>19.1f} µs {one:>16.1f} µs")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "adamw-ex-md", "locked": true, "schema_version": 3, "solution": false}
-# ### Exercise 3: a multi-tensor AdamW step
-# Write `adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay)`.
-# The four arguments are lists of float32 tensors (contiguous; same sizes across the lists, different
-# sizes from one tensor to the next, possibly empty). For every element, with `t = step` (1 for the first
-# update):
+# ### Exercise 03.adamw_step · A multi-tensor AdamW step   (about 75 min · ★★☆)
+#
+# **Spec.** `adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay) -> None`.
+# The four arguments are lists of float32 tensors (contiguous; the same sizes across the lists, different sizes
+# from one tensor to the next, possibly empty). For every element, with `t = step` (1 for the first update):
 #
 # ```
 # p ← p · (1 − lr · weight_decay)                 (decoupled weight decay: AdamW, not Adam + L2)
@@ -409,19 +584,51 @@ for t, per, one in zip(TS, model_per_tensor, model_one_launch):
 # p ← p − lr / (1 − beta1ᵗ) · m / (sqrt(v / (1 − beta2ᵗ)) + eps)
 # ```
 #
-# updating `params`, `exp_avgs` and `exp_avg_sqs` **in place** and returning `None`, as
-# `torch.optim.AdamW` does. Requirements: the number of kernel launches must not grow with the number of
-# tensors (the grader counts launches for 4 and for 64 tensors; at most 2 are allowed: a kernel, and an
-# upload of your table when it is new); gradients are only read; the bias corrections are plain numbers,
-# computed on the host once per step. Graded over several consecutive steps against a float64 reference,
-# for precision over 20 steps, and for speed over 200 tensors of about 5·10⁷ parameters against the
-# 7 passes a step must make, next to PyTorch's three AdamW implementations.
+# updating `params`, `exp_avgs` and `exp_avg_sqs` **in place** and returning `None`, as `torch.optim.AdamW` does;
+# `grads` are only read. The number of kernel launches must not grow with the number of tensors (at most 2: a
+# kernel, and an upload of your table when it is new).
+#
+# **Hints** *(optional)*. Compute the bias corrections on the host, once per step, and pass plain floats. Build
+# the table of addresses and block offsets once per list of tensors and keep it (keyed on the addresses and
+# sizes) while the same tensors come back. Speed: `tl.multiple_of` tells the compiler what the launcher
+# guarantees about alignment, and full blocks need no mask.
+#
+# **Graded.** Correctness over consecutive steps against a float64 reference, precision over 20 steps, speed
+# over 200 tensors of about 5·10⁷ parameters against the 7 passes a step must make.
+# <!-- graded: 03.adamw_step -->
+
+# %% nbgrader={"grade": false, "grade_id": "adamw_helpers", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _adamw_kernel(addr_ptr, numel_ptr, block_tensor_ptr, block_start_ptr, n_tensors,
+                  lr, beta1, beta2, eps, decay, step_size, rsqrt_bc2,
+                  DTYPE: tl.constexpr, BLOCK: tl.constexpr):
+    """Program pid updates block pid of the work: tensor block_tensor[pid], elements block_start[pid] ..
+    + BLOCK - 1 (those below its numel). addr holds the four lists' addresses as int64, (4, n_tensors)."""
+    # 1. my tensor t and my block's start, from the block tables
+    # 2. the tensor's numel, and its four pointers: tl.load(addr_ptr + i * n_tensors + t).to(tl.pointer_type(DTYPE))
+    # 3. the offsets of my block and a mask past numel
+    # 4. load p, g, m, v in float32; decay p, update m and v, then p; store p, m, v in their dtype
+    ### BEGIN SOLUTION
+    # include body: kernels/multi_tensor_adamw.py (_adamw_kernel)
+    ### END SOLUTION
+
+
+# The table of tensors (a class or function that builds and keeps it) and anything else your step needs.
+### BEGIN SOLUTION
+# include: kernels/multi_tensor_adamw.py (ADAMW_BLOCK, _ADAMW_DTYPES, _adamw_block, _Tables,
+#     _TABLE_CACHE, _TABLE_CACHE_SIZE, _tables, _validate)
+### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "adamw_step", "locked": false, "schema_version": 3, "solution": true}
-### BEGIN SOLUTION
-# include: kernels/multi_tensor_adamw.py (ADAMW_BLOCK, _ADAMW_DTYPES, _adamw_block, _adamw_kernel, _Tables,
-#     _TABLE_CACHE, _TABLE_CACHE_SIZE, _tables, _validate, adamw_step)
-### END SOLUTION
+def adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps, weight_decay) -> None:
+    """One AdamW step for every tensor of the four lists (float32, contiguous), in place, with step counting
+    from 1; returns None. One kernel launch, plus an upload of the table the first time these tensors are seen."""
+    # 1. the table for these lists (built and uploaded once, then reused); nothing to do for empty lists
+    # 2. the per-step scalars on the host: lr / (1 - beta1**step), 1 / sqrt(1 - beta2**step), 1 - lr * weight_decay
+    # 3. one launch, one program per block of work
+    ### BEGIN SOLUTION
+    # include body: kernels/multi_tensor_adamw.py (adamw_step)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "adamw_step-try", "locked": true, "schema_version": 3, "solution": false}
 check("03.adamw_step", adamw_step)
@@ -523,6 +730,17 @@ for name, times in launch_us.items():
 # optimizer does the same kind of multi-tensor launch, but its Python bookkeeping per parameter shows at
 # these sizes. So: graphs remove the host; fusion removes the launches; for the smallest steps you want both.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-graph-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** Under a CUDA graph, the loop of one launch per tensor comes down to near the `T·L`
+# line, but no lower. What is left that a graph cannot remove, and why does a single launch for all the tensors
+# remove it? (Two or three sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-graph", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# A graph removes the host's work (Python, argument handling, the driver's launch calls) but the GPU still
+# starts T separate kernels, each paying its own start-up and ramp-down, and each small kernel occupies a few SMs
+# while the rest of the GPU idles. One launch for all tensors pays the start-up once and spreads all T tensors'
+# blocks over every SM at the same time, so the time approaches L + T·b/BW.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "adam-torch-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 5. Your step against `torch.optim.AdamW`
 #
@@ -598,4 +816,18 @@ for n, ms in adam_ms.items():
 #   an unfused one.
 #
 # Next, notebook 04 fuses work into the GEMM itself: bias, activation and residual applied to the
-# accumulator before the output tile is ever written.
+# accumulator of the tiled matmul you read in section 3b, before the output tile is ever written.
+#
+# ## Further reading
+#
+# * Triton's tutorial on [matrix multiplication](https://triton-lang.org/main/getting-started/tutorials/03-matrix-multiplication.html):
+#   tiles, `tl.dot` and the grouped order of section 3b.
+# * PyTorch's [torch.optim.AdamW](https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html) (its `foreach`
+#   and `fused` implementations) and Loshchilov and Hutter, [Decoupled Weight Decay Regularization](https://arxiv.org/abs/1711.05101)
+#   (2017), the paper behind AdamW.
+# * Ainslie et al., [GQA: Training Generalized Multi-Query Transformer Models from Multi-Head Checkpoints](https://arxiv.org/abs/2305.13245)
+#   (2023): why `n_kv < n_q`.
+# * NVIDIA's [CUDA Graphs](https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#cuda-graphs) section of
+#   the CUDA C++ Programming Guide, and PyTorch's [torch.cuda.graphs](https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs).
+# * Williams, Waterman and Patterson, [Roofline: an insightful visual performance model](https://doi.org/10.1145/1498765.1498785)
+#   (2009): the max(bytes / BW, flops / peak) of section 3.
