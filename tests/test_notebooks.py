@@ -98,10 +98,8 @@ def test_included_kernels_are_the_kernel_files_text(root):
     """The solution notebook shows each included definition exactly as kernels/ has it, decorators included."""
     nb = _solution_nb(root, "02_vertical_fusion")
     [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "rmsnorm"]
-    kernel_file = (root / "kernels" / "rmsnorm.py").read_text()
-    start = kernel_file.index("@triton.jit\ndef _rmsnorm_kernel")
-    end = kernel_file.index("    return y\n", start) + len("    return y")
-    assert kernel_file[start:end] in cell.source
+    for fn in ("_rmsnorm_kernel", "rmsnorm"):  # stubs that keep the file's signature, with its body included
+        assert build.body_source(root / "kernels" / "rmsnorm.py", fn, cell.source) in cell.source
     assert "# include:" not in cell.source and "### BEGIN SOLUTION" in cell.source
 
 
