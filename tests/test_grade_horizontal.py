@@ -292,8 +292,12 @@ def test_one_launch_per_tensor_is_correct_but_fails_fusion_naming_the_growth():
 
 
 def test_unmasked_tail_is_an_out_of_bounds_write_next_to_a_named_tensor():
+    """Named either by the guard check after the call (the write past params[i]) or, in the interpreter, by its
+    bounds check as the unmasked load runs (past the end of p_ptr)."""
     r = check(ADAMW, unmasked_per_tensor, criteria=["correctness"])["correctness"]
-    assert r.status == "failed" and "out-of-bounds write next to params[" in r.message, r.message
+    assert r.status == "failed", r.message
+    assert "out-of-bounds write next to params[" in r.message or (
+        "out-of-bounds load" in r.message and "past the end of p_ptr" in r.message and "mask" in r.message), r.message
 
 
 def test_returning_new_tensors_is_not_an_update_in_place():

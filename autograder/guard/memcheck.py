@@ -11,6 +11,9 @@ The seams (InterpreterBuilder's masked load and store, GridExecutor.__call__, _i
 triton 3.6 to 3.9. Where one is missing nothing is patched: ``installed()`` is False, and the grader relies on
 its guard-padded buffers alone (one line says so).
 
+A kernel that makes pointers from integers (tl.load of an address table, then .to(tl.pointer_type(...))) reaches
+tensors it was not given: its accesses go unchecked from then on, and the guard buffers alone watch its stores.
+
 The grader's guard-padded tensors (guard/watch.py: Guarded) register their inner extent: a load from a guard
 is out of bounds too (it reads a value no input holds), while a store into a guard is left for the guard check
 to describe after the call.
@@ -36,6 +39,9 @@ class _Launch:
         self.name = name
         self.labels = labels  # storage address -> argument name
         self.ranges: list[tuple[int, int, int, int]] = []  # (store from, store to, load from, load to), bytes
+        # Pointers made from integers (a table of tensor addresses, as a multi-tensor optimizer step reads) point
+        # into tensors the launch was not given: past the first, its accesses cannot be checked.
+        self.opaque = False
 
 
 def installed() -> bool:
@@ -76,6 +82,8 @@ def install() -> bool:
         return False
     for name, fn in wrapped.items():
         setattr(builder, name, fn)
+    if "create_int_to_ptr" in builder.__dict__:
+        builder.create_int_to_ptr = _opaque(builder.__dict__["create_int_to_ptr"])
     interpreter._implicit_cvt = _recording(convert)
     executor.__call__ = _scoped(run)
     _installed = True
@@ -98,6 +106,16 @@ def _checked(original, what: str):
 
     access.__wrapped__ = original
     return access
+
+
+def _opaque(original):
+    def int_to_ptr(self, *args, **kwargs):
+        if _launches:
+            _launches[-1].opaque = True
+        return original(self, *args, **kwargs)
+
+    int_to_ptr.__wrapped__ = original
+    return int_to_ptr
 
 
 def _recording(convert):
@@ -148,6 +166,8 @@ def _check(builder, ptrs, mask, what: str) -> None:
     import numpy as np
 
     launch = _launches[-1]
+    if launch.opaque:
+        return
     addrs = np.asarray(getattr(ptrs, "data", ptrs))
     lanes = None
     if mask is not None:
