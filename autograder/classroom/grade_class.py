@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 from autograder import config as config_mod
-
+from autograder.classroom import leaderboard
 from autograder.classroom.course import (  # noqa: F401  (statuses and GradingStopped re-exported)
     CRASHED,
     FIELDS,
@@ -60,12 +60,11 @@ from autograder.classroom.course import (  # noqa: F401  (statuses and GradingSt
     GradingStopped,
     sqlite_file,
 )
-from autograder.classroom import leaderboard
 from autograder.classroom.gradebook import scores as gradebook_scores
 from autograder.classroom.loop import ClassRun
 from autograder.classroom.runners import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
 from autograder.classroom.similarity import THRESHOLD, similarity
-from autograder.guard import procs
+from autograder.guard import procs, sandbox
 
 
 def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool = False,
@@ -97,6 +96,9 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     if not 0 < similarity_threshold < 1:
         raise ValueError(f"--similarity-threshold is a share between 0 and 1, got {similarity_threshold}")
     slots = None if cluster else gpu_slots(gpus, workers)  # a bad --gpus is said before anything is touched
+    # Whether each student runs in a bubblewrap sandbox here (FUSION_COURSE_SANDBOX: auto, required, off): a
+    # fallback is said once through echo, and `required` refuses before anything is touched.
+    sandboxed = False if cluster else sandbox.choose(echo=echo).use
     cfg = _course_settings(course.grading_file, allow_public_seed, echo)
     course.results.mkdir(exist_ok=True)
     echo = _logging(echo, course.results / f"grade-class-{assignment}.log")
@@ -115,7 +117,8 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
             # The settings each student's process gets: grading.toml with the course's secret seed folded in.
             grading_file = Path(tmp) / "grading.toml"
             grading_file.write_text(config_mod.dumps(cfg))
-            run = ClassRun(course, assignment, db_url, state, state_file, Path(tmp), echo, progress)
+            run = ClassRun(course, assignment, db_url, state, state_file, Path(tmp), echo, progress,
+                           sandboxed=sandboxed)
             if cluster:
                 executor = submitit_executor(Path(tmp) / "submitit", cluster, **(cluster_options or {}))
                 runner = SubmititRunner(executor, timeout, grading_file)

@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+from autograder.classroom import leaderboard
 from autograder.classroom.course import (
     CRASHED,
     GRADED,
@@ -27,7 +28,6 @@ from autograder.classroom.course import (
     submission_hash,
     workspace,
 )
-from autograder.classroom import leaderboard
 from autograder.classroom.gradebook import save_grades, save_not_graded, submission_flags
 from autograder.guard.footprint import Footprint, watched_roots
 
@@ -40,14 +40,16 @@ def _relative(paths, root: Path) -> list[str]:
 
 class ClassRun:
     def __init__(self, course, assignment: str, db_url: str, state: dict, state_file: Path, tmp: Path,
-                 echo=print, progress: bool = True):
+                 echo=print, progress: bool = True, sandboxed: bool | None = None):
 
         self.course, self.assignment, self.db_url, self.state = course, assignment, db_url, state
         self.state_file, self.tmp, self.echo, self.progress = state_file, tmp, echo, progress
         self.db_file = sqlite_file(db_url).resolve()
         self.journal = self.db_file.with_name(self.db_file.name + "-journal")
         # grading/ holds this run's log as it is written (and, after the run, its CSV and reports)
-        self.footprint = Footprint(watched_roots(course.root), ignore=[tmp, course.results])
+        # sandboxed: whether the students' processes run in bubblewrap (None: as this machine would decide); a
+        # cluster's nodes decide for themselves, so a class graded there watches what an unsandboxed run would.
+        self.footprint = Footprint(watched_roots(course.root, sandboxed=sandboxed), ignore=[tmp, course.results])
         self.template = private_gradebook(self.db_file, tmp)
         self.good = tmp / "gradebook-good.db"  # the gradebook as this process last left it
         shutil.copy(self.db_file, self.good)
