@@ -12,9 +12,9 @@ from autograder import runtime
 
 runtime.configure()
 
-from autograder.guard import integrity  # noqa: E402
 from autograder import specs as _registry  # noqa: E402
 from autograder.check import check  # noqa: E402
+from autograder.guard import integrity  # noqa: E402
 from autograder.measure.device import profile as device_profile  # noqa: E402
 from autograder.report import CriterionResult, Report  # noqa: E402
 from autograder.specs.exercise import Exercise  # noqa: E402

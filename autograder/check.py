@@ -12,18 +12,25 @@ import torch
 
 from autograder import config as config_mod
 from autograder import runtime
-from autograder.guard import deadline, integrity
 from autograder import specs as registry
-from autograder.criteria import warmup
-from autograder.guard import fingerprint
+from autograder.classroom.leaderboard import record
 from autograder.criteria import compiled as grade_compiled
 from autograder.criteria import kernel as grade_kernel
 from autograder.criteria import numeric as grade_numeric
 from autograder.criteria import step as grade_step
 from autograder.criteria import training as grade_training
-from autograder.report import FAILED, CriterionResult, Report
+from autograder.criteria import warmup
+from autograder.guard import deadline, fingerprint, integrity
 from autograder.guard.watch import TritonLaunches, quiet
-from autograder.specs.exercise import CRITERIA, CompiledExercise, KernelExercise, StepExercise, TrainingExercise, check_callable
+from autograder.report import FAILED, CriterionResult, Report
+from autograder.specs.exercise import (
+    CRITERIA,
+    CompiledExercise,
+    KernelExercise,
+    StepExercise,
+    TrainingExercise,
+    check_callable,
+)
 
 
 def check(exercise_id: str, fn, *, criteria=None) -> Report:
@@ -88,7 +95,6 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     integrity.verify()  # the graded function ran in between
     report = Report(ex.id, results, notes=notes + fingerprint.notes_for_kernels(TritonLaunches.ran.values()))
     if os.environ.get("FUSION_COURSE_RECORD_FIGURES"):  # grade-class's leaderboard (autograder.classroom.leaderboard)
-        from autograder.classroom.leaderboard import record
 
         record(report, cfg)
     return report

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
+from autograder.guard import memcheck
+
 _announced = False
 
 # Set by the grader for the notebooks it runs (the checker, nbgrader's autograde under grade-class): nobody reads
@@ -43,8 +45,6 @@ def configure() -> bool:
     if not on_gpu:
         _autotune_in_interpreter()
         _no_launch_on_fake_tensors()
-        from autograder.guard import memcheck
-
         memcheck.install()  # an access out of bounds raises instead of corrupting this process
     if on_gpu and os.environ.get(MEMORY_GB_ENV):
         _cap_memory(os.environ[MEMORY_GB_ENV])

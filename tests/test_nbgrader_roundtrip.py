@@ -141,7 +141,7 @@ CAROL_FEEDBACK = {
           "the log-sum-exp is float32"],
 }
 POINTS = {NB1: (22, 16), NB2: (48, 35), NB3: (35, 25), NB4: (28, 18), NB5: (43, 32), NB6: (28, 15), NB7: (47, 35)}  # (total, without the performance cells
-# and the written answers, q-* cells that nbgrader counts 0 until a person grades them)
+# and the written answers, which nbgrader leaves to a person: q-* cells, 1 point each in notebooks 01 and 04 to 07)
 
 
 def _nbgrader(work, *args):

@@ -49,8 +49,8 @@ def main(argv: list[str]) -> int:
     nb = json.loads(nb_path.read_text())
     os.chdir(nb_path.parent)
     import autograder  # picks the device before any cell defines a kernel
-    from autograder.guard import integrity
     from autograder import specs as registry
+    from autograder.guard import integrity
 
     integrity.protect()  # record the grader before any of the notebook's code runs
     real_check = autograder.check  # graded below through this reference, whatever the cells rebind

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from autograder import runtime
+from autograder import specs as registry
 from autograder.guard import procs
 from autograder.report import FAILED, CriterionResult, Report, format_table
 
@@ -26,7 +27,6 @@ def notebook_exercises(path: Path) -> list:
     """The exercises a notebook holds, whatever its file is called: those its nbgrader graded cells check
     (check("02.rmsnorm", ...)), else those any of its cells checks, else those of the course notebook of its
     name. In the course's order."""
-    from autograder import specs as registry
 
     try:
         cells = json.loads(path.read_text()).get("cells", [])
@@ -64,7 +64,6 @@ def validate_path(path: str | os.PathLike) -> Path:
     if p.suffix != ".ipynb":
         raise ValueError(f"{path} is not a notebook (.ipynb)")
     if not notebook_exercises(p):
-        from autograder import specs as registry
 
         known = sorted({ex.notebook for ex in registry.all_exercises()})
         raise ValueError(f"{p.name} holds no graded exercises (no cell calls check(\"ID\", ...)); graded notebooks: "

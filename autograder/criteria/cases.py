@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from autograder import runtime
+from autograder.measure import capability
 from autograder.specs.exercise import KernelExercise, Shape
 
 MAX_LISTED = 5
@@ -28,7 +29,6 @@ def dtype_name(dt: torch.dtype) -> str:
 
 def graded_dtypes() -> list[torch.dtype]:
     # bf16 arithmetic is wrong in Triton's interpreter, and not native below compute capability 8.0.
-    from autograder.measure import capability
 
     return capability.graded_dtypes(capability.current())
 

@@ -8,8 +8,15 @@ import torch
 from autograder import runtime
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_inputs, case_seed, dtype_name, gpu_case_inputs, student_error, sync
-from autograder.criteria.outputs import as_outputs, as_tuple, out_of_bounds_first, output_problem, relative_error
+from autograder.criteria.outputs import (
+    as_outputs,
+    as_tuple,
+    out_of_bounds_first,
+    output_problem,
+    relative_error,
+)
 from autograder.guard.watch import TritonLaunches
+from autograder.measure import capability
 from autograder.measure.timing import extra_bytes
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
@@ -26,7 +33,6 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     during the call, an upper bound of the peak. Either way a version that materialises the intermediate
     (whose size the message gives) cannot stay under the bound.
     """
-    from autograder.measure import capability
 
     dtype = capability.timing_dtype(ex.perf_dtype, capability.current()) if runtime.has_gpu() else torch.float32
     shape = ex.memory_shape if runtime.has_gpu() else ex.memory_shape_cpu or ex.memory_shape

@@ -23,8 +23,14 @@ from autograder.criteria.cases import (
     student_error,
     sync,
 )
-from autograder.criteria.performance import (SubmissionWork, copy_peak, measure, not_measured, shared_gpu,
-                                              submission_failure)
+from autograder.criteria.performance import (
+    SubmissionWork,
+    copy_peak,
+    measure,
+    not_measured,
+    shared_gpu,
+    submission_failure,
+)
 from autograder.guard.secret import EXTRA_SIZES
 from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.measure import device as device_mod

@@ -21,6 +21,9 @@ import site
 import sysconfig
 from pathlib import Path
 
+from autograder.guard import sandbox
+from autograder.measure.device import cache_dir
+
 SKIP_DIRS = {".git"}
 
 
@@ -50,14 +53,12 @@ def watched_roots(course_root: Path, sandboxed: bool | None = None) -> list[Path
     packages, Jupyter's configuration and data folders, the device cache. sandboxed: whether they run in it
     (default: guard.sandbox's choice for this machine, which says once why where it falls back)."""
     if sandboxed is None:
-        from autograder.guard import sandbox
 
         sandboxed = sandbox.choose().use
     if sandboxed:
         return [Path(course_root).resolve()]
     from jupyter_core import paths
 
-    from autograder.measure.device import cache_dir
 
     candidates = [Path(course_root), Path(sysconfig.get_paths()["purelib"]), Path(sysconfig.get_paths()["platlib"]),
                   Path(site.getusersitepackages()), cache_dir()]

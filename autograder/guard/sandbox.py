@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder.measure.device import cache_dir
+
 SETTING_ENV = "FUSION_COURSE_SANDBOX"
 BWRAP_ENV = "FUSION_COURSE_BWRAP"
 SETTINGS = ("auto", "required", "off")
@@ -80,7 +82,6 @@ def _needed() -> list[Path]:
     """What the grading process reads outside its workspace: the interpreter's prefixes, its import path, the
     course's source tree (the grader and the kernels, installed editable), the device profiles."""
     import autograder
-    from autograder.measure.device import cache_dir
 
     found = [Path(sys.prefix), Path(sys.base_prefix), Path(autograder.__file__).parent.parent, cache_dir()]
     found += [Path(p) for p in sys.path if p and os.path.isdir(p)]

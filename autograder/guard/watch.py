@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import contextlib
+import dataclasses
 import io
 import os
 import sys

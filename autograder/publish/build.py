@@ -27,6 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autograder.guard import fingerprint
+from autograder.publish import cards
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -98,7 +101,6 @@ def expand_includes(source: str, root: Path = ROOT) -> str:
 def notebook_from_source(src: Path, root: Path = ROOT):
     import jupytext
 
-    from autograder.publish import cards
 
     nb = jupytext.read(src, fmt="py:percent")
     nb.metadata.pop("jupytext", None)
@@ -151,7 +153,6 @@ def main(argv=None) -> int:
     unknown = [n for n in args.names if n not in known]
     if unknown:
         parser.error(f"no notebook named {', '.join(unknown)}; the notebooks are {', '.join(known)}")
-    from autograder.guard import fingerprint
 
     print(f"fingerprints: {fingerprint.write_table(ROOT)} course kernels -> {fingerprint.TABLE.relative_to(ROOT)}")
     for src in [known[n] for n in args.names] or known.values():

@@ -16,6 +16,7 @@ import re
 
 import torch
 
+from autograder import config, specs
 from autograder.config import GradingConfig
 from autograder.specs.exercise import (
     UNIT_ROUNDOFF,
@@ -253,12 +254,8 @@ def expand_cards(source: str, cfg: GradingConfig | None = None, lookup=None) -> 
     """Replace each line `<!-- graded: ID -->` of a markdown cell's source by ID's table."""
     if not MARKER.search(source):
         return source
-    if lookup is None:
-        from autograder.specs import get as lookup
-    if cfg is None:
-        from autograder import config
-
-        cfg = config.load()
+    lookup = lookup or specs.get
+    cfg = cfg if cfg is not None else config.load()
 
     def one(match: re.Match) -> str:
         try:

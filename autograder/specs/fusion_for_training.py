@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from autograder import runtime
 from autograder.guard.watch import to_device_keeping_layout
 from autograder.specs import streaming_reduction_fusion as fa
 from autograder.specs.exercise import (
@@ -17,10 +18,10 @@ from autograder.specs.exercise import (
     Shape,
 )
 from autograder.specs.streaming_reduction_fusion import (
-    _attention_inputs,
-    _ce_bytes,
-    _ce_inputs,
+    attention_inputs,
     attention_naive,
+    ce_bytes,
+    ce_inputs,
 )
 
 # ---------------------------------------------------------------- the torch side: flash_attention_backward
@@ -104,7 +105,6 @@ def sdpa_backward_with_backend(backend: str):
     Raises runtime.NotTimedHere where this GPU or build lacks the backend, and while the grader runs the notebook."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from autograder import runtime
 
     timed = SdpaBackward()
 
@@ -181,7 +181,7 @@ EPS32 = 2.0**-24
 def _attention_backward_inputs(shape: Shape, dtype, device, gen):
     """notebook 05's q, k, v (query scales 0.5 to 3 per head; layouts "causal" and "bnhd"), the exact forward's
     o (rounded to the dtype) and lse (float32), and an output gradient do of unit spread, in q's layout."""
-    inputs = _attention_inputs(shape, dtype, device, gen)
+    inputs = attention_inputs(shape, dtype, device, gen)
     q, k, v, causal = inputs["q"], inputs["k"], inputs["v"], inputs["causal"]
     o, lse = attention_forward_outputs(q, k, v, causal)
     b, h, n, d = shape.dims
@@ -405,10 +405,10 @@ LINEAR_CROSS_ENTROPY_BACKWARD = KernelExercise(
     summary="the mean cross-entropy of the logits h wᵀ (float32) and its gradients dh, dw, a chunk of rows at a "
             "time: each chunk's gradients made while its logits exist, never all M x V of them.",
     criteria=("correctness", "precision", "memory"),
-    make_inputs=_ce_inputs,
+    make_inputs=ce_inputs,
     reference=linear_cross_entropy_backward_reference,
     eager=linear_cross_entropy_backward_eager,
-    bytes=_ce_bytes,
+    bytes=ce_bytes,
     flops=linear_cross_entropy_backward_flops,
     # (50 rows: four chunks of 16 in the reference, the last one ragged.)
     shapes=(Shape((1, 1, 1)), Shape((3, 16, 5)), Shape((37, 64, 1000)), Shape((24, 96, 3001), "confident"),

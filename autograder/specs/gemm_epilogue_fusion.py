@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
-import math
+
 from autograder.guard.watch import to_device_keeping_layout
 from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
 from autograder.specs.rounding import TF32_NOTE, tf32
-
 
 # ---------------------------------------------------------------- the torch side: gemm_epilogue
 # The torch side of gemm epilogue: what grading needs and a student may see (the float64

@@ -3,12 +3,14 @@ layer fused with cross-entropy so that the logits never exist."""
 
 from __future__ import annotations
 
-import torch
 import math
+
+import torch
 import torch.nn.functional as F
+
+from autograder import runtime
 from autograder.guard.watch import to_device_keeping_layout
 from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
-
 
 # ---------------------------------------------------------------- the torch side: softmax
 # The torch side of softmax: what grading needs and a student may see (the float64
@@ -78,8 +80,6 @@ def sdpa_with_backend(backend: str):
     runtime.NotTimedHere, which a demonstration reports and leaves out, where this GPU or build lacks the backend,
     and while the grader runs the notebook (nobody reads the plot then)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from autograder import runtime
 
     def run(q, k, v, causal: bool = False):
         if runtime.small_demos():
@@ -264,7 +264,7 @@ PREDICT_ATTENTION_BYTES = NumericExercise(
 
 # --- 2. FlashAttention forward --------------------------------------------------------------------------
 
-def _attention_inputs(shape: Shape, dtype, device, gen):
+def attention_inputs(shape: Shape, dtype, device, gen):
     """q, k, v (B, H, N, D) and causal. Queries scaled 0.5 to 3 per head so some heads' softmax is peaked.
     Layouts: "causal"; "bnhd": the tensors are (B, N, H, D) buffers seen as (B, H, N, D), as a model's
     projection leaves them (q.transpose(1, 2)), so strides are not contiguous."""
@@ -325,7 +325,7 @@ FLASH_ATTENTION = KernelExercise(
     summary="o = softmax(q kᵀ / sqrt(D)) v per head, causal or not, and each row's log-sum-exp (float32), "
             "in one kernel that never writes the scores or the probabilities.",
     criteria=("correctness", "precision", "performance", "fusion"),
-    make_inputs=_attention_inputs,
+    make_inputs=attention_inputs,
     reference=attention_reference,
     eager=attention_naive,
     bytes=attention_bytes,
@@ -364,7 +364,7 @@ FLASH_ATTENTION = KernelExercise(
 
 # --- 3. Linear layer fused with cross-entropy -----------------------------------------------------------
 
-def _ce_inputs(shape: Shape, dtype, device, gen):
+def ce_inputs(shape: Shape, dtype, device, gen):
     """h (M, K), w (V, K) scaled so logits have unit spread (layout "confident": spread 40, where exp of a
     logit overflows float32 unless the max is taken out first), targets (M,) int64 ("int32": int32 targets;
     "padded": h's rows in a wider buffer)."""
@@ -390,7 +390,7 @@ def _ce_float32_sums(inputs: dict, dtype) -> tuple[float, str]:
     return 4 * EPS32 * math.sqrt(k), f"float32 accumulation over K = {k} (4 eps sqrt(K))"
 
 
-def _ce_bytes(h, w, targets) -> int:
+def ce_bytes(h, w, targets) -> int:
     return h.element_size() * (h.numel() + w.numel()) + targets.element_size() * targets.numel() + 4 * h.shape[0]
 
 
@@ -417,10 +417,10 @@ LINEAR_CROSS_ENTROPY = KernelExercise(
     signature="linear_cross_entropy(h, w, targets) -> loss",
     summary="loss_i = logsumexp(h_i wᵀ) - h_i · w[targets_i], float32, per row, without holding the (M, V) logits.",
     criteria=("correctness", "precision", "memory"),
-    make_inputs=_ce_inputs,
+    make_inputs=ce_inputs,
     reference=linear_cross_entropy_reference,
     eager=linear_cross_entropy_eager,
-    bytes=_ce_bytes,
+    bytes=ce_bytes,
     flops=linear_cross_entropy_flops,
     shapes=(Shape((1, 1, 1)), Shape((3, 16, 5)), Shape((37, 64, 1000)), Shape((70, 96, 3001), "confident"),
             Shape((20, 40, 700), "padded"), Shape((9, 32, 300), "int32"), Shape((130, 128, 2048))),
