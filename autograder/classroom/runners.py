@@ -10,6 +10,7 @@ one process, which alone writes the gradebook; a runner only runs `grade_one` an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import queue
@@ -151,6 +152,8 @@ class SubmititRunner:
         self.executor, self.timeout, self.grading_file, self.poll_s = executor, timeout, grading_file, poll_s
         self.jobs: dict[str, object] = {}
         self.capacity = 1 << 30  # the scheduler queues them
+        self.result_grace_s = 15.0  # how long a job that ended may take to show its result (shared storage)
+        self._no_result_since: dict[str, float] = {}
 
     def has_room(self) -> bool:
         return True
@@ -166,7 +169,50 @@ class SubmititRunner:
                 if job.done():
                     del self.jobs[student]
                     return (student, *self._outcome(job))
+            ended = self._ended_unseen()
+            if ended:
+                student, state = next(iter(ended.items()))
+                job = self.jobs.pop(student)
+                self._no_result_since.pop(student, None)
+                return (student, *self._outcome_without_result(job, state))
             time.sleep(self.poll_s)
+
+    def _ended_unseen(self) -> dict[str, str]:
+        """Students whose Slurm job has ended, by its state, where submitit cannot tell: it learns a job's state
+        from sacct, which a cluster without accounting (or whose accounting daemon is down) does not answer, so a
+        job that ends without writing its result (cancelled, killed) would be waited for forever. slurmctld itself
+        still knows the job (squeue, for MinJobAge after its end); a job it no longer lists has ended too."""
+        unknown = {s: j for s, j in self.jobs.items()
+                   if type(j).__name__ == "SlurmJob" and str(getattr(j, "state", "")).upper() == "UNKNOWN"}
+        if not unknown:
+            return {}
+        states = slurm_job_states()
+        if states is None:  # squeue did not answer: ask again at the next poll
+            return {}
+        ended = {}
+        for student, job in unknown.items():
+            state = states.get(str(job.job_id), "no longer known to Slurm")
+            if (state.split() or ["PENDING"])[0] in SLURM_ACTIVE:
+                self._no_result_since.pop(student, None)
+                continue
+            if job.paths.result_pickle.exists():  # its result is there: done() reads it at the next poll
+                continue
+            # A result may reach this machine a little after the job ends (shared storage); a cancelled job has none.
+            since = self._no_result_since.setdefault(student, time.monotonic())
+            if "CANCEL" in state or time.monotonic() - since >= self.result_grace_s:
+                ended[student] = state
+        return ended
+
+    @staticmethod
+    def _outcome_without_result(job, state: str) -> tuple[str, str]:
+        if "CANCEL" in state.upper():
+            return NOT_RUN, f"the cluster task {job.job_id} was cancelled ({state}); the next run tries again"
+        if state == "no longer known to Slurm":
+            return NOT_RUN, f"the cluster task {job.job_id} ended unseen ({state}, no result); the next run tries again"
+        err = ""
+        with contextlib.suppress(Exception):  # the task's own last words, where it left any
+            err = ((job.stderr() or "").strip().splitlines() or [""])[-1][:300]
+        return CRASHED, f"the cluster task {job.job_id} ended without a result ({state})" + (f": {err}" if err else "")
 
     @staticmethod
     def _outcome(job) -> tuple[str, str]:
@@ -186,6 +232,24 @@ class SubmititRunner:
                 job.cancel(check=False)
             except Exception:  # noqa: BLE001  already gone
                 pass
+
+
+# Slurm's job states in which a job may still run and write its result (squeue's %T).
+SLURM_ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+                "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "PREEMPTED"}
+
+
+def slurm_job_states() -> dict[str, str] | None:
+    """job id -> state of this user's jobs that slurmctld knows (running, queued, or ended in the last
+    MinJobAge seconds), from squeue; None when squeue does not answer."""
+    try:
+        out = subprocess.run(["squeue", "--noheader", "--states=all", f"--user={os.getuid()}", "--format=%i|%T"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return dict(line.strip().split("|", 1) for line in out.stdout.splitlines() if "|" in line)
 
 
 def submitit_executor(folder: Path, cluster: str, partition: str | None = None, time_min: int = 60,
