@@ -20,7 +20,7 @@ ifeq ($(SYSTEM_TORCH),1)
 VENV_FLAGS := --system-site-packages
 endif
 
-.PHONY: lab test corpus course handout bench device check grade clean browser sandbox screenshots docs
+.PHONY: lab test corpus course handout bench device check grade clean browser sandbox slurm screenshots docs
 
 $(STAMP): pyproject.toml constraints.txt
 	@echo "==> creating $(VENV) with $(PYTHON)"
@@ -74,7 +74,18 @@ sandbox:
 	    || echo "could not install bubblewrap: grade-class will grade without its sandbox"; \
 	else echo "no bwrap here (and not root on Debian): grade-class will grade without its sandbox"; fi
 
-test: $(STAMP) browser sandbox
+# tests/test_slurm.py grades a class on a one-node Slurm cluster it starts itself (tests/slurm_cluster.py): Debian's
+# slurm-wlm and munge, installed here when missing and this is root on Debian; otherwise that test is skipped.
+slurm:
+	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+	  && command -v munged >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "==> installing slurm-wlm and munge for the Slurm test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+	    || echo "could not install slurm-wlm and munge: the Slurm test will be skipped"; \
+	else echo "no Slurm here (and not root on Debian): the Slurm test will be skipped"; fi
+
+test: $(STAMP) browser sandbox slurm
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --durations=20 $(PYTEST_ARGS)
 
 # Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
