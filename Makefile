@@ -75,13 +75,15 @@ sandbox:
 	else echo "no bwrap here (and not root on Debian): grade-class will grade without its sandbox"; fi
 
 # tests/test_slurm.py grades a class on a one-node Slurm cluster it starts itself (tests/slurm_cluster.py): Debian's
-# slurm-wlm and munge, installed here when missing and this is root on Debian; otherwise that test is skipped.
+# slurm-wlm and munge (without the recommended plugins: the basic ones serve), installed here when missing and
+# this is root on Debian; otherwise that test is skipped.
 slurm:
 	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
 	  && command -v munged >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "==> installing slurm-wlm and munge for the Slurm test"; \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null) \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	     apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null) \
 	    || echo "could not install slurm-wlm and munge: the Slurm test will be skipped"; \
 	else echo "no Slurm here (and not root on Debian): the Slurm test will be skipped"; fi
 
