@@ -244,11 +244,20 @@ def record_programs(kernel, grid, *args, **kwargs) -> Recording:
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     try:
         runner = kernel if isinstance(kernel, interpreter.InterpretedFunction) else interpreter.InterpretedFunction(fn)
-        runner[grid](*args, **kwargs)
+        try:
+            runner[grid](*args, **kwargs)
+        except (RuntimeError, AssertionError) as exc:
+            compiled_library = "outside of the scope of a kernel" in str(exc) or isinstance(exc, AssertionError)
+            if runner is kernel or not compiled_library:
+                raise
+            raise ProgramsUnavailable(
+                "this kernel calls Triton library functions (tl.sum, tl.max, ...) that were compiled for the GPU when "
+                "Triton was imported, and cannot be drawn from this process: draw it on a CPU machine, or start the "
+                "notebook with TRITON_INTERPRET=1") from None
     finally:
         del builder.create_masked_load, builder.create_masked_store  # the class's methods again
-        for k, v in globals_swapped.items():
-            fn.__globals__[k] = v
+        for space, k, v in reversed(globals_swapped):
+            space[k] = v
     return Recording(grid, accesses, copies)
 
 
@@ -264,15 +273,22 @@ def _only(mask, inside):
 
 
 def _interpret_helpers(fn, interpreter) -> dict:
-    """On a GPU machine, @triton.jit helpers the kernel calls are compiled-mode functions, which cannot run inside
-    the interpreter: swap them for interpreted ones in the kernel's globals for the call. Returns what to restore."""
+    """On a GPU machine, the @triton.jit helpers the kernel calls (and theirs) are compiled-mode functions, which
+    cannot run inside the interpreter: swap them for interpreted ones for the call. Returns [(namespace, name,
+    original)] to restore. (triton.language's own @jit library functions, such as tl.sum's combine function, were
+    made compiled-mode too; a kernel that reduces then fails, and record_programs says so.)"""
     from triton.runtime.jit import JITFunction
 
-    saved = {}
-    for k, v in list(fn.__globals__.items()):
-        if isinstance(v, JITFunction) and inspect.isfunction(getattr(v, "fn", None)) and v.fn is not fn:
-            saved[k] = v
-            fn.__globals__[k] = interpreter.InterpretedFunction(v.fn)
+    saved, seen = [], {id(fn)}
+    spaces = [fn.__globals__]
+    while spaces:
+        space = spaces.pop()
+        for k, v in list(space.items()):
+            if isinstance(v, JITFunction) and inspect.isfunction(getattr(v, "fn", None)) and id(v.fn) not in seen:
+                seen.add(id(v.fn))
+                saved.append((space, k, v))
+                space[k] = interpreter.InterpretedFunction(v.fn)
+                spaces.append(v.fn.__globals__)
     return saved
 
 

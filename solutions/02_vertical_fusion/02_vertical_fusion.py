@@ -50,7 +50,7 @@ from autograder import check, runtime
 from autograder.specs import vertical_fusion as ln_ops
 from autograder.specs import vertical_fusion as rms_ops
 from autograder.teach.plots import bars_against_model, peaks, print_against_model
-from autograder.teach.programs import draw_programs
+from autograder.teach.programs import ProgramsUnavailable, draw_programs
 from autograder.measure.timing import bench_versions, not_written
 from kernels import rmsnorm_variants
 
@@ -210,6 +210,8 @@ y_small = torch.empty(3, 6)
 try:
     draw_programs(_rmsnorm_kernel, (3,), x_small, w_small, y_small, 6, 6, 6, 1e-5, BLOCK_H=8)
     plt.show()
+except ProgramsUnavailable as exc:  # a GPU machine's Triton cannot interpret its library's reductions
+    print(f"not drawn here: {exc}")
 except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
     if not not_written(exc):
         raise
