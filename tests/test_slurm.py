@@ -121,7 +121,8 @@ def test_stopping_the_cluster_ends_its_daemons_and_its_jobs(tmp_path):
         pytest.skip(reason)
     marker = f"sleep 86{tmp_path.stat().st_ino % 1000}"  # a command line of this test's own
     with slurm_cluster.Cluster(tmp_path / "slurm") as cluster:
-        job = cluster.run("sbatch", "--parsable", "--mem=100M", f"--wrap={marker}").strip()
+        job = cluster.run("sbatch", "--parsable", "--mem=100M", f"--output={tmp_path}/job-%j.out",
+                          f"--wrap={marker}").strip()
         for _ in range(100):
             if cluster.run("squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING":
                 break
