@@ -33,18 +33,20 @@ LONGEST_FIRST = {
     "course-05_streaming_reduction_fusion": 3.2,
     "course-07_fusion_for_training": 3.1,  # 9.4 on a day that took 02 11.3: scaled to the others' day
     "course-03_horizontal_fusion": 1.9,
-    "grade-class": 1.5,
+    "grade-class": 3.6,  # one class of five students, one of each status, exported and given feedback
     "grade-class-parallel": 1.5,
     "browser": 1.9,  # with the new student's journey (about 0.6)
     "course-04_gemm_epilogue_fusion": 1.1,
     "course-01_hbm_cost_model": 0.9,
     "handout": 0.9,
+    "slurm": 1.1,  # a one-node Slurm cluster, and a local grading of the same class
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
                  "test_grade_class_parallel.py": "grade-class-parallel",  # the same class by 1 and 2 workers
                  "test_handout.py": "handout",  # one hand-out built and installed
-                 "test_browser.py": "browser"}  # one JupyterLab at a time
+                 "test_browser.py": "browser",  # one JupyterLab at a time
+                 "test_slurm.py": "slurm"}  # one Slurm cluster at a time
 
 
 def group_of(nodeid: str) -> str | None:
