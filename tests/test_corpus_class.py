@@ -3,6 +3,10 @@ course folder (as an instructor runs it), next to alice, who hands in the soluti
 
 writes_other_student is handed in after the others have been graded: it changes alice's submission, so the
 run must stop and name the file; once the file is restored, the run resumes and completes.
+
+These cases test the second line of defence, the footprint check, on its own: they grade with the sandbox off
+(FUSION_COURSE_SANDBOX=off), where a student's writes outside the workspace succeed and must be found. With the
+sandbox on the same writes fail (tests/test_sandbox.py, and mallory in tests/test_isolation.py).
 """
 
 import csv
@@ -32,7 +36,8 @@ def _cells(case) -> dict:
 
 def _grade_class(work, *args):
     return subprocess.run([sys.executable, "-m", "autograder", "grade-class", NAME, "--timeout", "120", *args],
-                          cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=3600, check=False)
+                          cwd=work, capture_output=True, text=True, timeout=3600, check=False,
+                          env={**build.tool_env(), "FUSION_COURSE_SANDBOX": "off"})
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +122,9 @@ def test_the_gradebook_written_over_by_a_student_is_restored(graded):
     assert rows["writes_gradebook"]["status"] == "tampered"
     with Gradebook(db) as gb:  # readable, and the others' grades are there
         graded_ids = {s.student.id for s in gb.assignment_submissions(NAME)}
-    assert "alice" in graded_ids and "writes_gradebook" not in graded_ids
+        tampered_score = gb.find_submission(NAME, "writes_gradebook").score
+    # Every student is in the gradebook; the one who tampered with 0 points, not the 100 it wrote for itself.
+    assert "alice" in graded_ids and "writes_gradebook" in graded_ids and tampered_score == 0
     assert b"all grades are 100" not in (work / "gradebook.db").read_bytes()
 
 
@@ -135,6 +142,6 @@ def test_feedback_can_be_generated_for_the_graded(graded):
                           "--log-level=ERROR"], cwd=work, capture_output=True, text=True, env=build.tool_env(),
                          check=False)
     assert out.returncode == 0, out.stderr
-    graded_ids = {s for s, r in rows.items() if r["status"] == "graded"}
-    assert {p.parent.parent.name for p in (work / "feedback").glob(f"*/{NAME}/{NAME}.html")} == graded_ids
+    # Every student recorded gets a page, those not graded one that says what happened.
+    assert {p.parent.parent.name for p in (work / "feedback").glob(f"*/{NAME}/{NAME}.html")} == set(rows)
     shutil.rmtree(work / "feedback")

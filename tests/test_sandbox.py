@@ -85,7 +85,8 @@ def test_what_the_grading_reads_under_tmp_stays_readable_not_writable(bwrap, tmp
     tool = tmp_path / "venv" / "tool.py"
     tool.parent.mkdir()
     tool.write_text("GRADER = 1\n")
-    monkeypatch.setattr(sandbox, "_needed", lambda: [tool.parent])
+    needed = sandbox._needed()  # the interpreter too: this checkout's virtual environment may be under /tmp
+    monkeypatch.setattr(sandbox, "_needed", lambda: needed + [tool.parent])
     work = tmp_path / "work"
     work.mkdir()
     code = f"""
