@@ -151,3 +151,14 @@ def test_headroom_verdicts_follow_the_committed_thresholds(path):
             assert bench_headroom.rescore(run, threshold, min_speedup)["status"] == run["status"], row["what"]
         if row["role"] == "naive":
             assert row["summary"]["passed"] == 0, (row["exercise"], row["what"])
+
+
+def test_headroom_finds_a_solution_and_a_naive_version_for_every_exercise_graded_on_speed():
+    from autograder import specs as registry
+    from kernels.bench import headroom
+
+    rows = headroom.versions()
+    graded = {ex.id for ex in registry.all_exercises() if "performance" in getattr(ex, "criteria", ())}
+    assert {r[0] for r in rows if r[1] == "solution"} == graded
+    assert {r[0] for r in rows if r[1] == "naive"} == graded
+    assert all(callable(r[3]) for r in rows)

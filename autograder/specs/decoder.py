@@ -153,6 +153,7 @@ DECODER = TrainingExercise(
     # noise against itself.
     bars=dict(min_fraction_of_compiled=0.4, min_speedup_over_eager=1.15),
     notebook="07_fusion_for_training",
+    kernel="decoder",  # its reference solution: kernels/decoder.py
     function="decoder_loss",
     signature="decoder_loss(params, tokens, targets, config) -> loss",
     summary="the mean cross-entropy of a Llama-style decoder whose forward and backward run on your kernels "
