@@ -4,7 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+
+# A Slurm memory size: a number and its unit (M, G or T, powers of 1024 as Slurm reads them).
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([MGT])(?:i?B)?\s*", re.IGNORECASE)
+
+
+def memory_gb(text: str) -> float:
+    """--slurm-mem's value in GB, as submitit takes it: "16G" -> 16.0, "512M" -> 0.5, "1T" -> 1024.0."""
+    m = _SIZE.fullmatch(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"a memory size with its unit, such as 16G or 512M (M, G or T), not {text!r}")
+    gb = float(m[1]) * {"M": 1 / 1024, "G": 1, "T": 1024}[m[2].upper()]
+    if gb * 1024 < 1:
+        raise argparse.ArgumentTypeError(f"at least 1M of memory a job, not {text!r}")
+    return gb
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, not {value}")
+    return value
 
 
 def main(argv=None) -> int:
@@ -49,6 +74,9 @@ def main(argv=None) -> int:
     where.add_argument("--slurm-parallel", type=int, default=None, metavar="N",
                        help="at most N students' jobs running at once")
     where.add_argument("--slurm-gpus", type=int, default=1, metavar="N", help="GPUs per job (default 1)")
+    where.add_argument("--slurm-cpus", type=positive_int, default=4, metavar="N", help="CPUs per job (default 4)")
+    where.add_argument("--slurm-mem", type=memory_gb, default="32G", metavar="SIZE",
+                       help="memory per job, with its unit: 16G, 512M, 1T (default 32G)")
     where.add_argument("--slurm-setup", action="append", default=None, metavar="COMMAND",
                        help="a shell line each job runs first (e.g. 'module load cuda'); repeat for more")
     args = parser.parse_args(argv)
@@ -60,7 +88,8 @@ def main(argv=None) -> int:
 
         try:
             options = dict(partition=args.slurm_partition, time_min=args.slurm_time, account=args.slurm_account,
-                           parallel=args.slurm_parallel, gpus_per_task=args.slurm_gpus, setup=args.slurm_setup)
+                           parallel=args.slurm_parallel, gpus_per_task=args.slurm_gpus, setup=args.slurm_setup,
+                           cpus_per_task=args.slurm_cpus, mem_gb=args.slurm_mem)
             grade_class(Path.cwd(), args.assignment, timeout=args.timeout, force=args.force,
                                csv_path=args.csv, db_url=args.db, echo=lambda m: print(m, flush=True),
                                gpus=args.gpus, workers=args.workers, cluster=args.cluster,

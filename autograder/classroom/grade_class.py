@@ -76,7 +76,8 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
 
     gpus ("all" or "0,1"): one student per GPU at a time, each process seeing only its GPU; workers: that many
     students at once on the CPU; cluster ("slurm", "local" or "debug"): one submitit job per student, with
-    cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup...).
+    cluster_options for class_runner.submitit_executor (partition, time_min, account, parallel, setup,
+    cpus_per_task, mem_gb...).
     similarity_threshold: the share of fingerprints from which a pair of answers is flagged; anonymous: also write
     the leaderboard with pseudonyms instead of names (to show the class); allow_public_seed: grade with the
     package's public seed; runner_hook: runner -> runner, wraps the runner (tests)."""

@@ -254,9 +254,10 @@ def slurm_job_states() -> dict[str, str] | None:
 
 def submitit_executor(folder: Path, cluster: str, partition: str | None = None, time_min: int = 60,
                       gpus_per_task: int = 1, account: str | None = None, parallel: int | None = None,
-                      setup: list[str] | None = None, cpus_per_task: int = 4, mem_gb: int = 32):
+                      setup: list[str] | None = None, cpus_per_task: int = 4, mem_gb: float = 32):
     """A submitit executor for grade-class: cluster "slurm" (a Slurm job per student, one GPU each), "local"
-    (submitit's processes on this machine) or "debug" (in this process, for tests)."""
+    (submitit's processes on this machine) or "debug" (in this process, for tests). cpus_per_task and mem_gb (GB,
+    fractions allowed: submitit asks Slurm for megabytes then) size each job."""
     import submitit
 
     if cluster not in ("slurm", "local", "debug"):
@@ -265,6 +266,10 @@ def submitit_executor(folder: Path, cluster: str, partition: str | None = None, 
         raise ValueError("--cluster slurm: no sbatch on this machine; run grade-class on a Slurm login node")
     if time_min < 1:
         raise ValueError(f"--slurm-time must be at least 1 minute, got {time_min}")
+    if cpus_per_task < 1:
+        raise ValueError(f"--slurm-cpus must be at least 1, got {cpus_per_task}")
+    if not mem_gb * 1024 >= 1:  # Slurm reads --mem=0 as all of a node's memory
+        raise ValueError(f"--slurm-mem must be at least 1M, got {mem_gb} GB")
     executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
     # One task, one GPU per student; the generic names apply to every executor, slurm_* to Slurm alone.
     params = dict(name="grade-class", timeout_min=time_min, nodes=1, tasks_per_node=1, cpus_per_task=cpus_per_task,
