@@ -104,6 +104,26 @@ print(json.dumps(out))
     assert tool.read_text() == "GRADER = 1\n"
 
 
+
+def test_a_kernel_specification_registered_under_tmp_is_found_in_the_sandbox(bwrap, tmp_path, monkeypatch):
+    """nbgrader starts the notebook's kernel by name: a specification registered under /tmp (JUPYTER_PATH, as on
+    a machine whose course packages were unpacked there) must not vanish behind the sandbox's empty /tmp."""
+    jupyter = tmp_path / "jupyter"
+    spec = jupyter / "kernels" / "course-under-tmp"
+    spec.mkdir(parents=True)
+    spec.joinpath("kernel.json").write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
+                                                                 "{connection_file}"],
+                                                        "display_name": "course", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    work = tmp_path / "work"
+    work.mkdir()
+    code = """
+import json
+from jupyter_client.kernelspec import KernelSpecManager
+print(json.dumps(sorted(KernelSpecManager().find_kernel_specs())))
+"""
+    assert "course-under-tmp" in inside(bwrap, work, code)
+
 def test_the_network_is_unreachable(bwrap, tmp_path):
     """Only a loopback of its own: even a server on this machine's 127.0.0.1 cannot be reached."""
     server = socket.create_server(("127.0.0.1", 0))  # listening: the kernel would complete a connection

@@ -80,11 +80,18 @@ def _timing_locks() -> list[str]:
 
 def _needed() -> list[Path]:
     """What the grading process reads outside its workspace: the interpreter's prefixes, its import path, the
-    course's source tree (the grader and the kernels, installed editable), the device profiles."""
+    course's source tree (the grader and the kernels, installed editable), the device profiles, and Jupyter's
+    folders (the course's kernel specification may be registered under /tmp, through JUPYTER_PATH)."""
     import autograder
 
     found = [Path(sys.prefix), Path(sys.base_prefix), Path(autograder.__file__).parent.parent, cache_dir()]
     found += [Path(p) for p in sys.path if p and os.path.isdir(p)]
+    try:
+        from jupyter_core import paths
+
+        found += [Path(p) for p in paths.jupyter_path() + paths.jupyter_config_path() if os.path.isdir(p)]
+    except ImportError:  # no Jupyter here: nothing of it to read
+        pass
     return sorted({p.resolve() for p in found}, key=lambda p: len(p.parts))
 
 
