@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from autograder import runtime
+from autograder.guard.secret import EXTRA_SHAPES
 from autograder.measure import capability
 from autograder.specs.exercise import KernelExercise, Shape
 
@@ -39,6 +40,18 @@ def case_seed(base: int, *parts) -> int:
         for ch in str(p):
             h = (h * 1000003 + ord(ch)) % (2**62)
     return h
+
+
+def precision_shapes(ex: KernelExercise) -> tuple[Shape, ...]:
+    """The shapes the precision criterion measures, smallest reduced length first."""
+    return ex.precision_shapes or ((ex.precision_shape,) if ex.precision_shape is not None else ())
+
+
+def secret_shapes(ex: KernelExercise) -> tuple[Shape, ...]:
+    """The shapes of correctness's secret case: the exercise's, the extra ones no notebook shows, and every shape
+    precision measures. Precision calls fn on the secret case's own inputs (same seed, same shape), so nothing a
+    call is handed tells which criterion makes it."""
+    return tuple(dict.fromkeys((*ex.shapes, *EXTRA_SHAPES.get(ex.id, ()), *precision_shapes(ex))))
 
 
 def case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> dict:

@@ -8,7 +8,7 @@ import math
 import torch
 
 from autograder.config import GradingConfig
-from autograder.criteria.cases import case_inputs, case_seed, dtype_name, graded_dtypes
+from autograder.criteria.cases import case_inputs, case_seed, dtype_name, graded_dtypes, precision_shapes
 from autograder.criteria.outputs import (
     as_outputs,
     as_tuple,
@@ -49,12 +49,13 @@ def precision_bound(ex: KernelExercise, inputs: dict, refs: tuple, dtype) -> tup
 
 def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures, hint = {}, [], None
-    shapes = ex.precision_shapes or (ex.precision_shape,)
+    shapes = precision_shapes(ex)
     for dtype in graded_dtypes():
         name = dtype_name(dtype)
         errs, excess, ratios = [], [], []
         for shape in shapes:
-            inputs = case_inputs(ex, shape, dtype, case_seed(cfg.secret_seed, "precision", shape, dtype))
+            # The secret case's inputs at this shape (correctness grades them too): the same draw, the same seed.
+            inputs = case_inputs(ex, shape, dtype, case_seed(cfg.secret_seed, shape, dtype))
             refs = as_tuple(ex.reference(**inputs))
             out, watch, problems = guarded_call(ex, fn, inputs)
             if problems:

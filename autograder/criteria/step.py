@@ -154,7 +154,7 @@ def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     trials.append(("secret case", cfg.secret_seed))
     failures, n_cases = [], 0
     for label, seed in trials:
-        cases = ex.size_cases + (EXTRA_SIZES.get(ex.id, ()) if label == "secret case" else ())
+        cases = _secret_sizes(ex) if label == "secret case" else ex.size_cases
         for sizes in cases:
             for dtype in ex.dtypes:
                 if len(failures) >= 3 * MAX_LISTED:
@@ -162,7 +162,7 @@ def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                 n_cases += 1
                 lists, hyper, gen = _case(ex, sizes, dtype, case_seed(seed, sizes, dtype))
                 guarded = _guard(lists)
-                for k, step in enumerate(ex.steps):
+                for k, step in enumerate(_steps(ex, sizes, label)):
                     if k:  # a new gradient for every step, the state carried over
                         fresh = _fresh_inputs(ex, lists, dtype, gen)
                         guarded.update(_guard({n: fresh[n] for n in ex.arg_names if n not in ex.state}))
@@ -179,8 +179,25 @@ def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
         return CriterionResult("correctness", FAILED, f"{len(failures)} of {n_cases} cases failed:\n{listed}{more}",
                                figures)
     steps = ", ".join(map(str, ex.steps))
+    if ex.precision_sizes:
+        steps += f" (1 to {ex.precision_steps} in a row in one secret case)"
     return CriterionResult("correctness", PASSED,
                            f"all {n_cases} cases match the reference at steps {steps}, guards intact", figures)
+
+
+def _secret_sizes(ex: StepExercise) -> tuple:
+    """The secret case's lists of sizes: the exercise's, the extra ones no notebook shows, and precision's, whose
+    first step precision replays on the same draw (so no list of sizes tells the criteria apart)."""
+    own = (tuple(ex.precision_sizes),) if ex.precision_sizes else ()
+    return tuple(dict.fromkeys((*ex.size_cases, *EXTRA_SIZES.get(ex.id, ()), *own)))
+
+
+def _steps(ex: StepExercise, sizes, label: str) -> tuple[int, ...]:
+    """The steps a case runs: precision's whole trajectory (1, 2, ... precision_steps) at precision's sizes in the
+    secret case, which precision then replays call for call; the exercise's steps elsewhere."""
+    if label == "secret case" and ex.precision_sizes and tuple(sizes) == tuple(ex.precision_sizes):
+        return tuple(range(1, ex.precision_steps + 1))
+    return ex.steps
 
 
 def _sizes(sizes) -> str:
@@ -206,9 +223,13 @@ def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures = {}, []
     for dtype in ex.dtypes:
         name = dtype_name(dtype)
-        lists, hyper, gen = _case(ex, ex.precision_sizes, dtype, case_seed(cfg.secret_seed, "precision", dtype))
-        grads = [_fresh_inputs(ex, lists, dtype, gen) for _ in range(ex.precision_steps)]
+        # The secret case's draw at these sizes (correctness grades it too), continued for more steps.
+        lists, hyper, gen = _case(ex, ex.precision_sizes, dtype, case_seed(cfg.secret_seed, tuple(ex.precision_sizes),
+                                                                           dtype))
         inputs = [n for n in ex.arg_names if n not in ex.state]
+        # As correctness's secret case draws them: the case's own gradients first, then a fresh one every step.
+        grads = [{n: lists[n] for n in inputs}] + [_fresh_inputs(ex, lists, dtype, gen)
+                                                    for _ in range(ex.precision_steps - 1)]
 
         def grads_for(step, native):
             return {n: [t if native else t.double() for t in grads[step - 1][n]] for n in inputs}

@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from autograder import runtime
-from autograder.criteria.cases import case_inputs, graded_dtypes
-from autograder.guard.secret import EXTRA_SHAPES
+from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shapes, secret_shapes
 from autograder.guard.watch import Guarded
 from autograder.specs.exercise import KernelExercise
 
@@ -32,9 +31,9 @@ def cases(ex: KernelExercise, criteria) -> list:
     """(shape, dtype) of every case the named criteria run at small sizes, each once."""
     shapes = []
     if "correctness" in criteria:
-        shapes += list(ex.shapes) + list(EXTRA_SHAPES.get(ex.id, ()))
+        shapes += list(secret_shapes(ex))
     if "precision" in criteria:
-        shapes += list(ex.precision_shapes or (ex.precision_shape,))
+        shapes += list(precision_shapes(ex))
     unique = list(dict.fromkeys(s for s in shapes if s is not None))
     return [(shape, dtype) for shape in unique for dtype in graded_dtypes()]
 
