@@ -23,6 +23,7 @@ from autograder.criteria.cases import (
     student_error,
     sync,
 )
+from autograder.criteria.fusion import INTERPRETED, ON_GPU
 from autograder.criteria.performance import (
     SubmissionWork,
     copy_peak,
@@ -319,10 +320,8 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 
 
-def _count(ex: StepExercise, fn, sizes, cfg) -> tuple[int, int, list[str], list[str]]:
-    """(GPU kernels, Triton launches, their names, torch compute ops) of one warm call on lists of `sizes`."""
-    dtype = ex.dtypes[0]
-    lists, hyper, _ = _case(ex, sizes, dtype, case_seed(cfg.secret_seed, "fusion", len(sizes)))
+def _count(ex: StepExercise, fn, lists: dict, hyper: dict) -> tuple[int, int, list[str], list[str]]:
+    """(GPU kernels, Triton launches, their names, torch compute ops) of one warm call on these lists."""
     _call(ex, fn, lists, 1, hyper, watch=Watch(TritonLaunches(), poison=False))  # warm-up: compile, build tables
     launches = TritonLaunches()
     watch = Watch(launches, poison=False)
@@ -334,33 +333,71 @@ def _count(ex: StepExercise, fn, sizes, cfg) -> tuple[int, int, list[str], list[
     return n_kernels, launches.count, names, sorted(set(watch.torch_ops))
 
 
-def fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def _fusion_lists(ex: StepExercise, cfg: GradingConfig) -> list[tuple]:
+    """(what the message calls them, their figure's name, sizes, dtype, seed, device) of every list fusion counts a
+    call on: a short and a long list in every graded dtype and, on a GPU, the lists the performance criterion
+    times, drawn as it draws them (the interpreter would take minutes over them)."""
     short, long = ex.fusion_sizes
-    try:
-        k_short, t_short, _, ops_short = _count(ex, fn, short, cfg)
-        k_long, t_long, names, ops_long = _count(ex, fn, long, cfg)
-    except Exception as exc:
-        return CriterionResult("fusion", FAILED, student_error(exc, ex.function))
-    how = "counted with torch.profiler" if runtime.has_gpu() else "counted at Triton's launch entry (interpreter)"
-    figures = {f"launches_{len(short)}_tensors": k_short, f"launches_{len(long)}_tensors": k_long,
-               "allowed": ex.max_launches}
+    several = len(ex.dtypes) > 1
+    out = [(f"{len(s)} tensors", f"{len(s)}_tensors" + (f"_{dtype_name(dt)}" if several else ""), s, dt,
+            case_seed(cfg.secret_seed, "fusion", len(s), dt), None) for dt in ex.dtypes for s in (short, long)]
+    if runtime.has_gpu():
+        sizes = ex.perf_sizes(torch.Generator().manual_seed(case_seed(cfg.secret_seed, "performance")))
+        out.append((f"the benchmark's {len(sizes)} tensors ({sum(sizes):,} elements)", "benchmark", sizes,
+                    ex.dtypes[0], case_seed(cfg.secret_seed, "performance", "lists"), "cuda"))
+    return out
+
+
+def _on(found: list, counts: dict) -> str:
+    """The lists a problem was found on, when it was not found on all of them."""
+    if len(found) == len(counts):
+        return ""
+    return " (on " + "; ".join(f"{label}, {dtype_name(dtype)}" for label, dtype in found) + ")"
+
+
+def fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    counts, figures = {}, {}
+    for label, key, sizes, dtype, seed, device in _fusion_lists(ex, cfg):
+        try:
+            lists, hyper, _ = _case(ex, sizes, dtype, seed, device)
+            counts[label, dtype] = _count(ex, fn, lists, hyper)
+        except Exception as exc:  # noqa: BLE001  whatever the student's code raises is reported
+            return CriterionResult("fusion", FAILED, f"{label}, {dtype_name(dtype)}: {student_error(exc, ex.function)}")
+        del lists  # the benchmark's lists go before anything else is made
+        figures[f"launches_{key}"] = counts[label, dtype][0]
+    figures["allowed"] = ex.max_launches
+    how = ON_GPU if runtime.has_gpu() else INTERPRETED
     problems = []
-    if t_long == 0:
-        problems.append(f"no Triton kernel ran: {ex.function} must do the update in a Triton kernel")
-    ops = sorted(set(ops_short) | set(ops_long))
-    if ops:
-        problems.append(f"computes with torch operations outside the Triton kernel ({', '.join(ops)}); only "
-                        "allocation, views and uploading integer tables are allowed there")
-    if k_long > k_short:
-        problems.append(f"the launch count grows with the number of tensors: {len(short)} tensors took {k_short} "
-                        f"launch(es), {len(long)} took {k_long}. One launch can serve every tensor: give the kernel a "
-                        "table of their addresses and let each program find its tensor and block")
-    elif k_long > ex.max_launches:
-        problems.append(f"launched {k_long} kernels ({', '.join(names[:8])}); at most {ex.max_launches} allowed")
+    idle = [place for place, (_, t, _, _) in counts.items() if t == 0]
+    if idle:
+        problems.append(f"no Triton kernel ran{_on(idle, counts)}: {ex.function} must do the update in a Triton "
+                        "kernel")
+    computed = [place for place, c in counts.items() if c[3]]
+    if computed:
+        ops = sorted({op for *_, c_ops in counts.values() for op in c_ops})
+        problems.append(f"computes with torch operations outside the Triton kernel ({', '.join(ops)})"
+                        f"{_on(computed, counts)}; only allocation, views and uploading integer tables are allowed "
+                        "there")
+    short = len(ex.fusion_sizes[0])
+    for dtype in ex.dtypes:
+        mine = {label: c for (label, dt), c in counts.items() if dt == dtype}
+        k_short = mine[f"{short} tensors"][0]
+        grows = [(label, c[0]) for label, c in mine.items() if c[0] > k_short]
+        for label, k in grows:
+            what = "size of the lists" if label.startswith("the benchmark") else "number of tensors"
+            problems.append(f"the launch count grows with the {what}: {short} tensors took {k_short} launch(es), "
+                            f"{label.removesuffix(' tensors')} took {k} ({dtype_name(dtype)}). One launch can serve "
+                            "every tensor: give the kernel a table of their addresses and let each program find its "
+                            "tensor and block")
+        label, (k, _, names, _) = max(mine.items(), key=lambda item: item[1][0])
+        if not grows and k > ex.max_launches:
+            problems.append(f"launched {k} kernels ({', '.join(names[:8])}) on {label}, {dtype_name(dtype)}; at most "
+                            f"{ex.max_launches} allowed")
     if problems:
-        return CriterionResult("fusion", FAILED, "\n".join(problems) + f" [{how}]", figures)
-    return CriterionResult("fusion", PASSED, f"{k_short} launch(es) for {len(short)} tensors and {k_long} for "
-                           f"{len(long)}, at most {ex.max_launches} allowed, no torch compute [{how}]", figures)
+        return CriterionResult("fusion", FAILED, "\n".join(dict.fromkeys(problems)) + f" [{how}]", figures)
+    done = ", ".join(f"{c[0]} for {label}" for (label, dtype), c in counts.items() if dtype == ex.dtypes[0])
+    return CriterionResult("fusion", PASSED, f"launches a call: {done} (in {', '.join(map(dtype_name, ex.dtypes))}), "
+                           f"at most {ex.max_launches} allowed, no torch compute [{how}]", figures)
 
 
 GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion}
