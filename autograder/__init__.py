@@ -8,7 +8,7 @@ Importing this package first picks where Triton kernels run (the interpreter whe
 
 import sys
 
-from autograder import runtime
+from autograder import demonstrations, runtime
 
 runtime.configure()
 
@@ -48,4 +48,5 @@ def _verdicts_as_messages(shell) -> None:
 # In a Jupyter kernel this import is the notebook's first cell: record the grader before any student code runs.
 if _jupyter_shell() is not None:
     _verdicts_as_messages(_jupyter_shell())
+    demonstrations.install(_jupyter_shell())  # before the record: a cell that removes it is named
     integrity.protect(_jupyter_shell())

@@ -4,7 +4,8 @@
 
 Code cells run in order in one namespace, as a kernel would run them, except nbgrader's graded test cells
 (those call check() themselves). A cell that raises is recorded and the next one runs, the way "Run All"
-would have stopped on a student's unfinished cell; the exercises are graded afterwards.
+would have stopped on a student's unfinished cell; the exercises are graded afterwards. Under the grader's
+switch a demonstration cell prints one line instead of running (autograder.demonstrations).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main(argv: list[str]) -> int:
     nb = json.loads(nb_path.read_text())
     os.chdir(nb_path.parent)
     import autograder  # picks the device before any cell defines a kernel
+    from autograder import demonstrations
     from autograder import specs as registry
     from autograder.guard import integrity
 
@@ -62,12 +64,15 @@ def main(argv: list[str]) -> int:
     for n, (i, cell) in enumerate(code_cells, 1):
         started = time.time()
         print(f"[cell {n}/{len(code_cells)}] running ...", flush=True)
+        source, skipped = "", ""
         try:
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            run = demonstrations.as_run(source)  # a demonstration's one line, under the grader's switch
+            skipped = " (a demonstration, skipped while grading)" if run is not source else ""
             # A real file per cell: compiled Triton reads a @jit function's source with inspect.
             cell_file = cells_dir / f"{nb_path.stem}_cell{i}.py"
-            cell_file.write_text(source)
-            exec(compile(source, str(cell_file), "exec"), namespace)
+            cell_file.write_text(run)
+            exec(compile(run, str(cell_file), "exec"), namespace)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt in a cell are the cell's failure too
             tb = traceback.format_exception(exc)
             defines = re.findall(r"^def (\w+)\(", source, re.M)
@@ -75,7 +80,7 @@ def main(argv: list[str]) -> int:
                                 "defines": defines})
             print(f"[cell {n}/{len(code_cells)}] raised {type(exc).__name__}: {exc}", flush=True)
         else:
-            print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s", flush=True)
+            print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s{skipped}", flush=True)
         import matplotlib.pyplot as plt
 
         plt.close("all")

@@ -78,6 +78,7 @@ DEVICE = runtime.device()
 # but the matmuls lives far down the slanted part of the roof.
 
 # %% nbgrader={"grade": false, "grade_id": "roofline-plot", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 points = [("elementwise a*x+b, bf16", 0.5, None), ("RMSNorm, bf16", 1.0, None)]
 if ON_GPU:
     from autograder.measure.timing import bench_ms
@@ -161,6 +162,7 @@ check("01.cost_model", chain_times, criteria=["correctness"]).assert_passed("cor
 # lines use *your* `chain_times` with this GPU's measured copy bandwidth and launch time.
 
 # %% nbgrader={"grade": false, "grade_id": "chain-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 N_OPS = runtime.demo_points(range(1, chain.MAX_OPS + 1))  # a few of them when the grader runs this
 bw_gbps, _, peak_label = peaks(profile)
 launch_s = launch_seconds(profile)
@@ -227,6 +229,7 @@ if ON_GPU and model:
 # Below: the 8-op chain over sizes from 4 KiB to 256 MiB, measured against your model.
 
 # %% nbgrader={"grade": false, "grade_id": "launch-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 sizes = runtime.demo_points([2**k for k in range(12, 29, 2)])  # bytes, 4 KiB .. 256 MiB
 n = chain.MAX_OPS
 eager_ms, fused_ms = [], []
@@ -318,6 +321,7 @@ def layer_traffic(batch, seq, hidden, intermediate, bytes_per_elem, bandwidth):
 check("01.layer_traffic", layer_traffic, criteria=["correctness"]).assert_passed("correctness")
 
 # %% nbgrader={"grade": false, "grade_id": "llama-use", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 from autograder.measure.timing import not_written
 
 try:
@@ -400,6 +404,7 @@ torch.testing.assert_close(out, 0.5 * x + y)
 # (recorded, not performed). Here: 10 elements, blocks of 4, so 3 programs, the last one half empty.
 
 # %% nbgrader={"grade": false, "grade_id": "draw-good", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 xs, ys, outs = torch.arange(10.0), torch.ones(10), torch.empty(10)
 draw_programs(_scaled_add_kernel, (3,), xs, ys, outs, 0.5, 10, BLOCK=4)
 
@@ -410,6 +415,7 @@ draw_programs(_scaled_add_kernel, (3,), xs, ys, outs, 0.5, 10, BLOCK=4)
 # silent for months. The drawing shows it at once.
 
 # %% nbgrader={"grade": false, "grade_id": "draw-bad", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 @triton.jit
 def _scaled_add_wrong_mask(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -708,6 +714,7 @@ def fused_chain(x: torch.Tensor, bias: torch.Tensor, alpha: float) -> torch.Tens
 # checks the graded cells below run, in one table).
 
 # %% nbgrader={"grade": false, "grade_id": "try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 x = torch.randn(37, 4099, device=DEVICE)
 bias = torch.randn(4099, device=DEVICE)
 err = (fused_chain(x, bias, 0.8) - 0.8 * torch.nn.functional.silu(x + bias)).abs().max().item()
@@ -740,6 +747,7 @@ check("01.fused_chain", fused_chain, criteria=["fusion"]).assert_passed("fusion"
 # says eager should reach about a third of it (it moves about `6|x|`) and a fused kernel all of it.
 
 # %% nbgrader={"grade": false, "grade_id": "compare", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 if ON_GPU:
     from autograder.specs.hbm_cost_model import fused_chain_bytes, fused_chain_eager
     from autograder.measure.timing import bench_versions

@@ -172,6 +172,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 # %% nbgrader={"grade": false, "grade_id": "rmsnorm-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("02.rmsnorm", rmsnorm)
 
 # %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -204,6 +205,7 @@ check("02.rmsnorm", rmsnorm, criteria=["fusion"]).assert_passed("fusion")
 # tensor).
 
 # %% nbgrader={"grade": false, "grade_id": "programs", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 x_small = torch.randn(3, 6)
 w_small = torch.ones(6)
 y_small = torch.empty(3, 6)
@@ -226,6 +228,7 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
 # your kernel runs, it is left out and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "rms3-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 bw_gbps, _, peak_label = peaks(profile)
 M, H, EPS = 32768, 4096, 1e-5
 x_bytes = M * H * 2
@@ -354,6 +357,7 @@ check("02.add_rmsnorm", add_rmsnorm, criteria=["fusion"]).assert_passed("fusion"
 # the centred one only like the mean, from the rounding of the mean itself (more on that below).
 
 # %% nbgrader={"grade": false, "grade_id": "ln-cancel", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 offsets = [0, 1, 3, 10, 30, 100, 300, 1000]
 gen = torch.Generator().manual_seed(0)
 base = torch.randn(64 if ON_GPU else 16, 4096, generator=gen)  # fewer rows in the interpreter: the same curves
@@ -467,6 +471,7 @@ check("02.layernorm", layernorm, criteria=["fusion"]).assert_passed("fusion")
 # `E[x²] − E[x]²` line cancels, and the precision test above says so.
 
 # %% nbgrader={"grade": false, "grade_id": "ln-yours", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 yours_err = []
 try:
     for off in offsets:
@@ -502,6 +507,7 @@ for off, e in zip(offsets, yours_err):
 # so the experiment runs without a GPU, on shorter rows.)
 
 # %% nbgrader={"grade": false, "grade_id": "prec-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 # The interpreter runs the low-precision kernel's loop one block of 32 at a time: rows up to 4096 there.
 HS = [256, 512, 1024, 2048, 4096, 8192, 16384] if ON_GPU else [256, 512, 1024, 2048, 4096]
 ROWS = 16 if ON_GPU else 4

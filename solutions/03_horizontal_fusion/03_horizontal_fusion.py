@@ -190,6 +190,7 @@ def row_sum_sumsq(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "row_sum_sumsq-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("03.row_sum_sumsq", row_sum_sumsq)
 
 # %% nbgrader={"grade": true, "grade_id": "test_row_sum_sumsq_correctness", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -212,6 +213,7 @@ check("03.row_sum_sumsq", row_sum_sumsq, criteria=["fusion"]).assert_passed("fus
 # the exercise, your kernel is left out and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "stats-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 stats_ms = {}
 if ON_GPU:
     x = torch.randn(STATS_M, STATS_N, device="cuda", dtype=torch.bfloat16)
@@ -273,6 +275,7 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 # it (section 4 measures that part). Your own Triton kernel joins these curves after its exercise.
 
 # %% nbgrader={"grade": false, "grade_id": "qkv-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 K_DIM, N_Q, N_KV = 4096, 4096, 1024
 MS = runtime.demo_points([1, 4, 16, 64, 256, 1024, 4096, 8192])  # three of them when the grader runs this
 
@@ -350,6 +353,7 @@ for m, t3, t1 in zip(MS, model_three, model_one):
 # the arithmetic; what decides the time is how close each GEMM gets to the peak (its tile shape), not the bytes.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 H_MODEL, H_MLP = 4096, 11008
 swiglu_rows = {}
 for m in (16, 8192):
@@ -472,6 +476,7 @@ def qkv_projection(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
     ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "qkv_projection-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("03.qkv_projection", qkv_projection)
 
 # %% nbgrader={"grade": true, "grade_id": "test_qkv_projection_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
@@ -494,6 +499,7 @@ check("03.qkv_projection", qkv_projection, criteria=["fusion"]).assert_passed("f
 # draws the cuBLAS curves alone.
 
 # %% nbgrader={"grade": false, "grade_id": "qkv-measure-yours", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def replay_ms(fn):
     """ms per CUDA graph replay of fn; launch by launch (and saying so) if fn cannot be recorded in a graph."""
     try:
@@ -631,6 +637,7 @@ def adamw_step(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1, beta2, eps
     ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "adamw_step-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("03.adamw_step", adamw_step)
 
 # %% nbgrader={"grade": true, "grade_id": "test_adamw_step_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
@@ -660,6 +667,7 @@ check("03.adamw_step", adamw_step, criteria=["fusion"]).assert_passed("fusion")
 # again, which also shows in the loop's time without a graph.
 
 # %% nbgrader={"grade": false, "grade_id": "launch-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def one_launch_per_tensor(lists):
     """Your adamw_step called once for each tensor: T launches, as a loop over the parameters makes."""
     for p, g, m, v in zip(*lists):
@@ -754,6 +762,7 @@ for name, times in launch_us.items():
 # is the 7 passes every version must make at least, at the copy bandwidth.
 
 # %% nbgrader={"grade": false, "grade_id": "adam-torch", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 torch.manual_seed(0)
 mlp = torch.nn.Sequential(torch.nn.Linear(96, 200), torch.nn.GELU(), torch.nn.LayerNorm(200), torch.nn.Linear(200, 10))
 ours = [p.detach().clone().to(DEVICE) for p in mlp.parameters()]

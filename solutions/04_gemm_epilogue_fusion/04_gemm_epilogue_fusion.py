@@ -137,6 +137,7 @@ def time_in_turns(calls: dict, desc: str) -> dict:
 # those follows how many programs fit on one multiprocessor (the occupancy), printed beside the time.
 
 # %% nbgrader={"grade": false, "grade_id": "tiles-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 for m, k, n in ((1, 1, 1), (37, 100, 70), (130, 257, 96)):
     x = torch.randn(m, k, device=DEVICE)
     w = torch.randn(k, n, device=DEVICE)
@@ -214,6 +215,7 @@ else:
 # seconds per new shape, which a grader timing your first call would count. Your exercises can do the same.)
 
 # %% nbgrader={"grade": false, "grade_id": "autotune", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 if ON_GPU:
     autotuned = triton.autotune(
         configs=[triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g), num_warps=nw, num_stages=ns)
@@ -298,6 +300,7 @@ check("04.predict_epilogue_bytes", predicted_epilogue_bytes, criteria=["correctn
 # so.
 
 # %% nbgrader={"grade": false, "grade_id": "epilogue-model", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def gemm_s(m, k, n, extra_bytes=0, e=2):
     """Roofline time of one GEMM plus `extra_bytes` of traffic, with one launch, in seconds."""
     n_bytes = e * (m * k + k * n + n + m * n) + extra_bytes
@@ -410,6 +413,7 @@ for k, (u, f) in zip(KS_EPI, model_k):
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("04.gemm_gelu_residual", gemm_gelu_residual)
 
 # %% nbgrader={"grade": true, "grade_id": "test_gemm_gelu_residual_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
@@ -448,6 +452,7 @@ check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["fusion"]).assert_p
 # the cell times the others and says it left yours out.
 
 # %% nbgrader={"grade": false, "grade_id": "epilogue-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 EAGER, MINE = "cuBLAS + eager epilogue", "your gemm_gelu_residual"
 EPI_VERSIONS = {EAGER: epi_ops.gemm_gelu_residual_eager, MINE: lambda x, w, b, r: gemm_gelu_residual(x, w, b, r)}
 STYLES = {"cuBLAS matmul alone": ("x-", "0.5"), EAGER: ("o-", "C0"), MINE: ("^-", "C1"), "torch.compile": ("d-", "C3")}
@@ -562,6 +567,7 @@ else:
 # shows the other three.
 
 # %% nbgrader={"grade": false, "grade_id": "precision-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 PREC_DTYPE = torch.bfloat16 if ON_GPU else torch.float16
 KS_PREC = [256, 1024, 4096, 16384]
 PREC_STYLES = {MINE: "o-", "PyTorch (three roundings)": "s-", "rounded before GELU (two)": "^-",
@@ -658,6 +664,7 @@ for name, vals in ratios.items():
 # you have not written is left out.
 
 # %% nbgrader={"grade": false, "grade_id": "tma-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 TMA = "your gemm_gelu_residual_tma"
 TMA_VERSIONS = {**EPI_VERSIONS, TMA: lambda x, w, b, r: gemm_gelu_residual_tma(x, w, b, r)}
 STYLES[TMA] = ("s-", "C2")
@@ -742,6 +749,7 @@ else:
 # and prefill (8192 rows); after exercise 04.swiglu you measure your kernel against it.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-model", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 H_MODEL, H_MLP = 4096, 11008
 SWIGLU_MS = (16, 8192)
 
@@ -810,6 +818,7 @@ for m in SWIGLU_MS:
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("04.swiglu", swiglu)
 
 # %% nbgrader={"grade": true, "grade_id": "test_swiglu_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -852,6 +861,7 @@ check("04.swiglu", swiglu, criteria=["fusion"]).assert_passed("fusion")
 # turns, beside the model's two bars. A kernel you have not written is left out.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 SWIGLU_VERSIONS = {"your swiglu": lambda x, wg, wu: swiglu(x, wg, wu),
                    "your swiglu_tma": lambda x, wg, wu: swiglu_tma(x, wg, wu)}
 swiglu_us = {m: swiglu_model_us(m) for m in SWIGLU_MS}

@@ -158,6 +158,7 @@ def timed_in_turns(calls, desc, rounds=3, rep=50):
 # checks all of this in float32 against float64.
 
 # %% nbgrader={"grade": false, "grade_id": "online-check", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def online_stats(x, chunk):
     """(m, s): the running max of x and the sum of exp(x - m), one chunk at a time, in x's dtype."""
     m, s = torch.tensor(-math.inf, dtype=x.dtype), torch.tensor(0.0, dtype=x.dtype)
@@ -287,6 +288,7 @@ print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(gua
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "softmax-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("05.softmax", softmax)
 
 # %% nbgrader={"grade": true, "grade_id": "test_softmax_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -318,6 +320,7 @@ check("05.softmax", softmax, criteria=["fusion"]).assert_passed("fusion")
 # forced online loop on a small input in the interpreter and draws the model alone.
 
 # %% nbgrader={"grade": false, "grade_id": "softmax-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 SM_ONE_BLOCK = globals().get("ONE_BLOCK_MAX", 16384)  # where the model moves from 2|x| to 3|x|
 SKELETON_PARAMS = ["x_ptr", "y_ptr", "M", "N", "stride_xm", "stride_xn", "stride_ym", "BLOCK_N", "ONE_BLOCK"]
 FORCED_ONLINE = list(getattr(globals().get("_softmax_kernel"), "arg_names", ())) == SKELETON_PARAMS
@@ -550,6 +553,7 @@ check("05.predict_attention_bytes", predicted_attention_bytes, criteria=["correc
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("05.flash_attention", flash_attention)
 
 # %% nbgrader={"grade": true, "grade_id": "test_flash_attention_correctness", "locked": true, "points": 5, "schema_version": 3, "solution": false}
@@ -615,6 +619,7 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_re
 # interpreter at small sizes (one batch, two heads, `D = 64`, float32).
 
 # %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 ATT_B, ATT_H, ATT_D = sizes.ATTENTION_BHD if ON_GPU else (1, 2, 64)
 ATT_NS = runtime.demo_points(list(sizes.ATTENTION_LENGTHS) if ON_GPU else [64, 128, 256, 512])
 ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
@@ -860,6 +865,7 @@ if not ON_GPU:
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("05.linear_cross_entropy", linear_cross_entropy)
 
 # %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
@@ -909,6 +915,7 @@ from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, persis
 # `linear_cross_entropy_tma` if you wrote it.
 
 # %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 CE_M, CE_K = sizes.CE_MK if ON_GPU else (64, 64)
 CE_VS = runtime.demo_points(list(sizes.CE_VOCABS) if ON_GPU else [1024, 4096, 16384])
 CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32

@@ -148,6 +148,7 @@ def yours(name: str):
 # events of section 2.
 
 # %% nbgrader={"grade": false, "grade_id": "fuses-code", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def bias_gelu_residual(x, b, r):
     return F.gelu(x + b) + r
 
@@ -230,6 +231,7 @@ check("06.predict_traffic", predicted_traffic, criteria=["correctness"]).assert_
 # `fused_rmsnorm_bytes` and eager far above; the compiled chain near your `fused_chain_bytes`.
 
 # %% nbgrader={"grade": false, "grade_id": "fuses-time", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 ch_bytes = 16384 * 4096 * 2  # the model at the GPU's shape, 16384 x 4096 bf16, wherever this runs
 try:
     chain_eager_b, chain_fused_b, rms_fused_b = predicted_traffic(16384, 4096, 2)
@@ -308,6 +310,7 @@ if not ON_GPU:
 # plus `2|C|` at copy bandwidth where the epilogue is separate. GPU only.
 
 # %% nbgrader={"grade": false, "grade_id": "modes", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def linear_gelu_residual(a, w, b, r):
     return F.gelu(a @ w + b, approximate="tanh") + r
 
@@ -382,6 +385,7 @@ elif not ON_GPU:
 # `torch.compile` turns any break into an error, which is how you make sure one never creeps in.
 
 # %% nbgrader={"grade": false, "grade_id": "breaks", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def scale_by_max(x):
     amax = x.abs().max().item()  # host sync
     if amax > 1.0:  # a Python branch on a value from the GPU
@@ -424,6 +428,7 @@ for fn in (scale_by_max, positives_doubled, logged, branch_free):
 # device-to-host copy.
 
 # %% nbgrader={"grade": false, "grade_id": "item-time", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 FQ_SHAPE = (8192, 8192)
 fq_bytes = FQ_SHAPE[0] * FQ_SHAPE[1] * 2
 fq_model = {"eager": model_ms(11 * fq_bytes), "compiled, with the break": model_ms(3 * fq_bytes)}
@@ -462,6 +467,7 @@ elif not ON_GPU:
 # softmax, read) for the hand-written versions.
 
 # %% nbgrader={"grade": false, "grade_id": "attn", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def attention_by_hand(q, k, v):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
@@ -520,6 +526,7 @@ elif not ON_GPU:
 # (if you brought it), against the bytes of the bf16 logits, which your fused kernel never holds.
 
 # %% nbgrader={"grade": false, "grade_id": "ce", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 if ON_GPU and may_compile("linear + cross-entropy, compiled"):
     CE_M, CE_K = sizes.CE_MK
     ce_v = sizes.eager_cross_entropy_vocabs(runtime.free_gpu_bytes())[-1]
@@ -667,6 +674,7 @@ def _rmsnorm_op_backward(ctx, dy):
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "rmsnorm_op-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("06.rmsnorm_op", rmsnorm_op)
 
 # %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_op_correctness", "locked": true, "points": 5, "schema_version": 3, "solution": false}
@@ -686,6 +694,7 @@ check("06.rmsnorm_op", rmsnorm_op, criteria=["kernels"]).assert_passed("kernels"
 # step (forward + backward) against the same block compiled from the op-by-op RMSNorm of section 1. GPU only.
 
 # %% nbgrader={"grade": false, "grade_id": "op-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def block_with(norm):
     def block(x, residual, weight):
         return F.silu(norm(x + residual, weight, 1e-5))
@@ -769,6 +778,7 @@ elif not ON_GPU:
 # launches.
 
 # %% nbgrader={"grade": false, "grade_id": "fq-report", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 x_fq = torch.randn(256, 256, device=DEVICE, dtype=torch.bfloat16 if ON_GPU else torch.float32)
 print(f"fake_quant_broken: {graph_report(fq_ops.fake_quant_broken, x_fq)}")
 if ON_GPU and may_compile("fake_quant_broken, compiled"):
@@ -808,6 +818,7 @@ def fake_quant(x: torch.Tensor) -> torch.Tensor:
 
 
 # %% nbgrader={"grade": false, "grade_id": "fake_quant-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("06.fake_quant", fake_quant)
 
 # %% nbgrader={"grade": true, "grade_id": "test_fake_quant_correctness", "locked": true, "points": 2, "schema_version": 3, "solution": false}
@@ -834,6 +845,7 @@ check("06.fake_quant", fake_quant, criteria=["performance"]).assert_passed("perf
 # bandwidth on an H100 and 0.75 on an H200, the broken one compiled about 0.5, the broken one eager 0.1.
 
 # %% nbgrader={"grade": false, "grade_id": "fq-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 try:
     print(f"your fake_quant: {graph_report(fake_quant, x_fq)}")
     FQ_WRITTEN = True
@@ -899,6 +911,7 @@ elif not ON_GPU:
 # include: kernels/row_argmax.py (_row_argmax_kernel)
 
 # %% nbgrader={"grade": false, "grade_id": "spills", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 SPILL_BLOCKS = runtime.demo_points([1024, 2048, 4096, 8192, 16384, 32768], keep=4)
 SPILL_WARPS = (4, 16)
 regs = {w: [] for w in SPILL_WARPS}
@@ -981,6 +994,7 @@ else:
 # add and sigmoid read one tensor and write one; the last multiply reads two), the fused kernel `2|x|`.
 
 # %% nbgrader={"grade": false, "grade_id": "launch", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def tiny_chain(x):
     return torch.sigmoid(x * 2 + 1) * x
 
@@ -1035,6 +1049,7 @@ elif not ON_GPU:
 # first and second calls of a small autotuned kernel with eight configurations, by the wall clock.
 
 # %% nbgrader={"grade": false, "grade_id": "autotune", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024, 4096, 8192) for w in (4, 8)],
                  key=["n"])
 @triton.jit
@@ -1086,6 +1101,7 @@ else:
 # `gelu(x + b) + r`. GPU only (the interpreter neither compiles nor caches), and not while the grader runs.
 
 # %% nbgrader={"grade": false, "grade_id": "tune-cache", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 FIRST_CALLS = r"""
 import json, sys, time
 import torch, triton, triton.language as tl
@@ -1244,6 +1260,7 @@ def row_argmax(x: torch.Tensor) -> torch.Tensor:
 
 
 # %% nbgrader={"grade": false, "grade_id": "row_argmax-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("06.row_argmax", row_argmax)
 
 # %% nbgrader={"grade": true, "grade_id": "test_row_argmax_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
@@ -1277,6 +1294,7 @@ check("06.row_argmax", row_argmax, criteria=["performance"]).assert_passed("perf
 # config your autotuner chose at each shape in it. GPU only.
 
 # %% nbgrader={"grade": false, "grade_id": "argmax-sweep", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 SWEEP = runtime.demo_points([(1024, 4, 2), (2048, 4, 2), (4096, 4, 3), (4096, 8, 2), (8192, 8, 2), (8192, 16, 2),
                              (16384, 16, 2), (16384, 32, 2)], keep=4)
 ARGMAX_SHAPES = {"decode 64 x 128256": (64, 128256), "training 16384 x 32000": (16384, 32000)}
@@ -1336,6 +1354,7 @@ else:
 # also writes the profiler's Chrome trace, which `chrome://tracing` or Perfetto open with the CPU side beside it.
 
 # %% nbgrader={"grade": false, "grade_id": "profile", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 def rms(x, w, eps=1e-5):
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
@@ -1444,6 +1463,7 @@ elif not ON_GPU:
 # reports `ERR_NVGPUCTRPERM`, and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "ncu", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 NCU_SCRIPT = """
 import sys, torch, torch.nn.functional as F
 x = torch.empty(2**26, device="cuda").uniform_(-4, 4)

@@ -171,6 +171,7 @@ check("07.predict_saved", saved_for_backward, criteria=["correctness"]).assert_p
 
 
 # %% nbgrader={"grade": false, "grade_id": "saved-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 SAVE_B, SAVE_H, SAVE_D = (1, 16, 128) if ON_GPU else (1, 2, 64)
 SAVE_NS = runtime.demo_points([512, 1024, 2048, 4096] if ON_GPU else [64, 128, 256])
 SAVE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
@@ -228,6 +229,7 @@ for i, n in enumerate(SAVE_NS):
 # generating code, so this works without a GPU.)
 
 # %% nbgrader={"grade": false, "grade_id": "partitioner", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 from functorch.compile import aot_function, default_partition, make_boxed_func, min_cut_rematerialization_partition
 
 
@@ -430,6 +432,7 @@ def flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, out=None
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_backward-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("07.flash_attention_backward", flash_attention_backward)
 
 # %% nbgrader={"grade": true, "grade_id": "test_flash_attention_backward_correctness", "locked": true, "points": 5, "schema_version": 3, "solution": false}
@@ -456,6 +459,7 @@ check("07.flash_attention_backward", flash_attention_backward, criteria=["fusion
 # gradients against float64 at small sizes instead and draws the model.
 
 # %% nbgrader={"grade": false, "grade_id": "attention-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 ATT_B, ATT_H, ATT_D = sizes.ATTENTION_BHD if ON_GPU else (1, 2, 64)
 ATT_NS = runtime.demo_points([1024, 2048, 4096, 8192, 16384] if ON_GPU else [64, 128, 256])
 ATT_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
@@ -636,6 +640,7 @@ def linear_cross_entropy_forward_backward(h: torch.Tensor, w: torch.Tensor, targ
 ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy_forward_backward-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward)
 
 # %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_backward_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
@@ -659,6 +664,7 @@ check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
 # `V` for eager, `torch.compile` of eager, and yours, against the model: the three products at the matmul peak.
 
 # %% nbgrader={"grade": false, "grade_id": "ce-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 CE_M, CE_K = sizes.CE_MK if ON_GPU else (64, 64)
 CE_VS = runtime.demo_points(list(sizes.CE_VOCABS) if ON_GPU else [1024, 4096, 16384])
 CE_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
@@ -874,6 +880,7 @@ def decoder_loss(params: dict, tokens: torch.Tensor, targets: torch.Tensor, cfg:
 
 
 # %% nbgrader={"grade": false, "grade_id": "decoder_loss-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 check("07.decoder", decoder_loss)
 
 # %% nbgrader={"grade": true, "grade_id": "test_decoder_correctness", "locked": true, "points": 5, "schema_version": 3, "solution": false}
@@ -898,6 +905,7 @@ check("07.decoder", decoder_loss, criteria=["memory"]).assert_passed("memory")
 # `torch.profiler` to draw its kernels on a timeline: where the GPU is busy, with what, and where it waits.
 
 # %% nbgrader={"grade": false, "grade_id": "capstone-train", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
 if ON_GPU:
     CAP = dec.DecoderConfig(vocab=32768, dim=512, layers=4, heads=8, hidden=1408)
     CAP_B, CAP_T, CAP_STEPS, CAP_DTYPE, CAP_LR = 8, 1024, (60 if runtime.small_demos() else 200), torch.bfloat16, 1e-3
