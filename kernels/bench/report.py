@@ -6,8 +6,9 @@
 One section per device; in it every run, each under a heading with its own file, device, torch and triton versions
 and date: the suite (reference kernels against eager PyTorch, torch.compile and their peers), the peers alone,
 compiler-driven fusion, the training kernels and the capstone, the grading headroom, the seconds to grade a
-notebook. Runs of one device that disagree about a figure are listed side by side at the end of its section rather
-than one of them chosen.
+notebook, grade-class on several GPUs. Runs of one device that disagree about a figure are listed side by side at
+the end of its section rather than one of them chosen. Before the devices, what grading a class costs in GPU-hours
+(kernels.bench.budget), from the grading and scale runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernels.bench import capstone, compiler, grading, headroom, peers, suite, training
+from kernels.bench import budget, capstone, compiler, grading, headroom, peers, scale, suite, training
 from kernels.bench.common import RESULTS, load, versions
 
 ROOT = RESULTS.parents[2]
@@ -39,6 +40,8 @@ KINDS = (
      lambda r: headroom.markdown(r).splitlines()[1:]),
     ("grading", "Seconds to grade a solution notebook (`python -m kernels.bench.grading`)",
      lambda r: grading.markdown(r).splitlines()[1:]),
+    ("scale", "grade-class on one GPU and on every GPU (`python -m kernels.bench.scale`)",
+     lambda r: scale.markdown(r).splitlines()[1:]),
 )
 
 
@@ -133,7 +136,12 @@ def render() -> str:
              f"The repository pins {PINNED} for CPU machines (constraints.txt); these figures were measured on GPUs "
              "with the versions shown above each table, which may be older. Where one device has several runs of "
              "the same benchmark, each is shown with its own date."]
-    for device, device_runs in sorted(runs().items()):
+    every = runs()
+    notebooks = [p.stem for p in grading.notebooks(None)]
+    lines += budget.render({device: ([(n, r) for k, n, r in device_runs if k == "grading"],
+                                     [(n, r) for k, n, r in device_runs if k == "scale"])
+                            for device, device_runs in every.items()}, notebooks)
+    for device, device_runs in sorted(every.items()):
         lines += ["", f"## {device}"]
         for k, title, body in KINDS:
             mine = [(name, result) for kk, name, result in device_runs if kk == k]
