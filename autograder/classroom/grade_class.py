@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 from autograder import config as config_mod
-from autograder.classroom import leaderboard
+from autograder.classroom import compile_cache, leaderboard
 from autograder.classroom.course import (  # noqa: F401  (statuses and GradingStopped re-exported)
     CRASHED,
     FIELDS,
@@ -118,6 +118,10 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
             # The settings each student's process gets: grading.toml with the course's secret seed folded in.
             grading_file = Path(tmp) / "grading.toml"
             grading_file.write_text(config_mod.dumps(cfg))
+            if slots is not None:  # before the footprint's record: this machine's cache is written now or never
+                said = compile_cache.prime(assignment, dict(os.environ, **dict(slots[0].env)))
+                if said:
+                    echo(said)
             run = ClassRun(course, assignment, db_url, state, state_file, Path(tmp), echo, progress,
                            sandboxed=sandboxed)
             if cluster:

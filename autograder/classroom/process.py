@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from autograder import runtime
+from autograder.classroom import compile_cache
 from autograder.classroom.course import CRASHED, GRADED, NOT_RUN, TIMED_OUT
 from autograder.config import ENV_VAR
 from autograder.guard import procs, sandbox
@@ -36,8 +37,8 @@ def child_env(work: Path, grading_file: Path) -> dict:
     shutil.copy(grading_file, work / ".grading.toml")
     env[ENV_VAR] = str(work / ".grading.toml")
     env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
-    private = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "IPYTHONDIR": "ipython",
-               "JUPYTER_RUNTIME_DIR": "jupyter-runtime", "MPLCONFIGDIR": "matplotlib", "CUDA_CACHE_PATH": "nv"}
+    private = {**compile_cache.COMPILE_CACHES, "IPYTHONDIR": "ipython", "JUPYTER_RUNTIME_DIR": "jupyter-runtime",
+               "MPLCONFIGDIR": "matplotlib"}
     for var, name in private.items():
         env[var] = str(work / ".private" / name)
     seed_font_cache(work / ".private" / "matplotlib")
@@ -103,6 +104,8 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
     running = running or Running()
     env = child_env(work, grading_file)
     env.update(extra_env or {})
+    if env.get("CUDA_VISIBLE_DEVICES") not in ("", "-1"):
+        compile_cache.seed(work / ".private")  # what the grader compiles of its own, compiled once on this machine
     with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
         before = procs.children()
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

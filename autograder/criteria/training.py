@@ -208,19 +208,37 @@ def _step(fn, params, tokens, targets, config):
     return call
 
 
+def _perf_inputs(ex: TrainingExercise, seed: int):
+    """(params, tokens, targets) of the performance case, on the GPU, in bfloat16 (the training dtype)."""
+    case = ex.perf_case
+    return (ex.init(case.config, torch.bfloat16, "cuda", 0), *_batch(ex, case, seed, "cuda"))
+
+
+def compiled_eager(ex: TrainingExercise):
+    """torch.compile of the eager model, the yardstick of performance: the grader's own compilation, the same in
+    every student's grading (classroom.compile_cache compiles it once per machine ahead of a class)."""
+    return torch.compile(ex.eager, dynamic=False)
+
+
+def compile_yardstick(ex: TrainingExercise) -> None:
+    """Compile and run once what performance compiles of its own, at the same shapes: its caches then hold it."""
+    params, tokens, targets = _perf_inputs(ex, 0)
+    _step(compiled_eager(ex), params, tokens, targets, ex.perf_case.config)()
+    sync()
+
+
 def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
     case, dtype = ex.perf_case, torch.bfloat16
-    params = ex.init(case.config, dtype, "cuda", 0)
-    tokens, targets = _batch(ex, case, case_seed(cfg.secret_seed, "training-perf"), "cuda")
+    params, tokens, targets = _perf_inputs(ex, case_seed(cfg.secret_seed, "training-perf"))
     yours = _step(fn, params, tokens, targets, case.config)
     try:
         yours()
         sync()
     except Exception as exc:  # noqa: BLE001
         return CriterionResult("performance", FAILED, student_error(exc, ex.function))
-    compiled = _step(torch.compile(ex.eager, dynamic=False), params, tokens, targets, case.config)
+    compiled = _step(compiled_eager(ex), params, tokens, targets, case.config)
     compiled()  # compilation stays out of the timing
     prof = device_mod.profile(progress=False)
     peak = copy_peak(prof)
