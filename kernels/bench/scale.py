@@ -10,14 +10,15 @@ solution and N with the same answers but one kernel broken (BUGS: a wrong formul
 while the notebook runs to the end). The class is then graded twice by `python -m autograder grade-class`, as an
 instructor runs it: with `--gpus 0` (one worker, on the first GPU --gpus names), then with `--gpus all` (one
 worker per GPU; --gpus 0,1 names them), each with --force and every student's caches cold (grade-class gives each
-student private Triton, Inductor and Jupyter folders). The device profile is measured, and cached, once before either run, in a process of its own,
-as `python -m autograder device` does on an instructor's machine.
+student private Triton, Inductor and Jupyter folders). The device profile is measured, and cached, once before
+either run, in a process of its own, as `python -m autograder device` does on an instructor's machine.
 
-Recorded: each run's wall seconds; each student's status, seconds and GPU from grade-class's own lines ("s01-solution:
-graded in 48 s on GPU 1"); the ratio of the wall times (all GPUs / one GPU; the goal is at most GOAL_RATIO on two
-GPUs); and whether both runs gave every student the same status and score (the grades CSV grade-class writes to the
-course's grading/ folder). Saves scale-<gpu>[-<tag>][-one-gpu].json (device, versions, date); `python -m
-kernels.bench.report` turns it into a table of docs/benchmarks.md and into the GPU-hours a class costs.
+Recorded: each run's wall seconds; each student's status, seconds and GPU from grade-class's own lines
+("s01-solution: graded in 48 s on GPU 1"); the ratio of the wall times (all GPUs / one GPU; the goal is at most
+GOAL_RATIO on two GPUs); and whether both runs gave every student the same status and score (the grades CSV
+grade-class writes to the course's grading/ folder). Saves scale-<gpu>[-<tag>][-one-gpu].json (device, versions,
+date); `python -m kernels.bench.report` turns it into a table of docs/benchmarks.md and into the GPU-hours a class
+costs.
 
 Needs nbgrader and CUDA GPUs: fewer than two are refused unless --allow-one-gpu (then only the one-worker run). The
 Jupyter kernel the notebooks run in is `fusion-course` (`make lab` registers it); where Jupyter knows none, one is
