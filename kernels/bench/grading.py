@@ -122,7 +122,7 @@ def demonstrations_of(row: dict) -> str:
     if "demonstrations" not in row:
         return OLD_MODES[row["mode"]]
     skipped = len(row.get("skipped_cells", []))
-    return f"{row['demonstrations']} ({skipped} cells)" if skipped else row["demonstrations"]
+    return f"{row['demonstrations']} ({skipped} cell{'s' if skipped > 1 else ''})" if skipped else row["demonstrations"]
 
 
 def intro(result: dict) -> str:
