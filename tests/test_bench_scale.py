@@ -1,5 +1,5 @@
 """The scale benchmark (kernels/bench/scale.py) and the GPU-hours it feeds (kernels/bench/budget.py), without a
-GPU: the class it builds (every notebook's planted mistake, the submissions), grade-class's lines and CSV read
+GPU: the class it builds (kernels/bench/submissions.py: every notebook's planted mistake, the submissions), grade-class's lines and CSV read
 back, a run timed through a stand-in for grade-class, the record and its table, and the machines it refuses.
 
 A real run grades the class twice through nbgrader on the GPUs, minutes a student: it is the GPU test at the end,
@@ -24,9 +24,9 @@ import torch
 from autograder.classroom import loop as class_loop
 from autograder.classroom.course import FIELDS
 from autograder.classroom.loop import ClassRun
-from kernels.bench import budget, scale
+from kernels.bench import budget, scale, submissions
 
-ROOT = scale.ROOT
+ROOT = submissions.ROOT
 
 
 def _notebooks(assignment):
@@ -35,15 +35,15 @@ def _notebooks(assignment):
     return source, release
 
 
-@pytest.mark.parametrize("assignment", list(scale.BUGS))
+@pytest.mark.parametrize("assignment", list(submissions.BUGS))
 def test_each_notebooks_mistake_changes_one_answer_and_the_rest_is_handed_in_whole(assignment):
     source, release = _notebooks(assignment)
-    good = scale.answers(source)
-    bad = scale.broken(good, assignment)
-    bug = scale.BUGS[assignment]
+    good = submissions.answers(source)
+    bad = submissions.broken(good, assignment)
+    bug = submissions.BUGS[assignment]
     assert [cell for cell in good if good[cell] != bad[cell]] == [bug.cell]
     compile(bad[bug.cell], f"{assignment}:{bug.cell}", "exec")  # still Python: the notebook runs to the end
-    handed_in = scale.submission(release, bad)
+    handed_in = submissions.submission(release, bad)
     assert len(handed_in.cells) == len(release.cells)
     for mine, theirs in zip(handed_in.cells, release.cells):
         grade_id = theirs.metadata.get("nbgrader", {}).get("grade_id")
@@ -56,17 +56,17 @@ def test_each_notebooks_mistake_changes_one_answer_and_the_rest_is_handed_in_who
 
 def test_notebook_01s_mistake_is_the_one_the_class_tests_plant():
     good = classroom.solutions()  # tests/classroom.py's small course, with nbgrader's markers still in
-    bad = scale.broken(good, "01_hbm_cost_model")
+    bad = submissions.broken(good, "01_hbm_cost_model")
     assert bad["fused_chain"] == good["fused_chain"].replace("y = alpha * z * tl.sigmoid(z)", "y = alpha * z")
 
 
 def test_a_missing_or_stale_mistake_is_a_clear_error():
     with pytest.raises(ValueError, match="no planted mistake for '08_x'; the assignments are 01_hbm_cost_model"):
-        scale.broken({}, "08_x")
+        submissions.broken({}, "08_x")
     with pytest.raises(ValueError, match="needs updating"):
-        scale.broken({"fused_chain": "y = alpha * z"}, "01_hbm_cost_model")
+        submissions.broken({"fused_chain": "y = alpha * z"}, "01_hbm_cost_model")
     with pytest.raises(ValueError, match="the release has no cells \\['nowhere'\\]"):
-        scale.submission(_notebooks("01_hbm_cost_model")[1], {"nowhere": "x = 1"})
+        submissions.submission(_notebooks("01_hbm_cost_model")[1], {"nowhere": "x = 1"})
 
 
 def _load_cell(source: str, path):
@@ -79,8 +79,8 @@ def _load_cell(source: str, path):
 
 
 def test_notebook_01s_planted_kernel_runs_and_computes_the_wrong_thing(tmp_path):
-    good = scale.answers(_notebooks("01_hbm_cost_model")[0])
-    bad = scale.broken(good, "01_hbm_cost_model")
+    good = submissions.answers(_notebooks("01_hbm_cost_model")[0])
+    bad = submissions.broken(good, "01_hbm_cost_model")
     x, bias = torch.randn(37, 50), torch.randn(50)
     want = 1.5 * torch.nn.functional.silu(x + bias)
     right = _load_cell(good["fused_chain"], tmp_path / "right.py").fused_chain(x, bias, 1.5)
@@ -91,9 +91,9 @@ def test_notebook_01s_planted_kernel_runs_and_computes_the_wrong_thing(tmp_path)
 
 
 def test_the_students_alternate_kinds_in_grade_class_order():
-    names = scale.student_names(3)
+    names = submissions.student_names(3)
     assert names == sorted(names) and len(names) == 6
-    assert [scale.kind_of(s) for s in names] == [scale.SOLUTION, scale.BUGGY] * 3
+    assert [submissions.kind_of(s) for s in names] == [submissions.SOLUTION, submissions.BUGGY] * 3
 
 
 def test_grade_class_lines_are_read_back_as_it_writes_them(tmp_path, monkeypatch):
@@ -168,7 +168,7 @@ print(f"{len(students)} students: {len(students)} graded")
 
 def test_a_run_is_timed_and_read_back_through_grade_class_s_output(tmp_path):
     course = tmp_path / "course"
-    for student in scale.student_names(1):
+    for student in submissions.student_names(1):
         (course / "submitted" / student / "a1").mkdir(parents=True)
     (course / "mode").write_text("")
     fake = tmp_path / "grade_class.py"
@@ -188,9 +188,9 @@ def test_a_run_is_timed_and_read_back_through_grade_class_s_output(tmp_path):
 
 
 def _row(gpus, workers, wall, seconds, scores=(7, 3)):
-    students = {s: {"status": "graded", "score": float(scores[scale.kind_of(s) == scale.BUGGY]), "max_score": 7.0,
+    students = {s: {"status": "graded", "score": float(scores[submissions.kind_of(s) == submissions.BUGGY]), "max_score": 7.0,
                     "reason": "", "seconds": float(sec), "where": "GPU 0"}
-                for s, sec in zip(scale.student_names(2), seconds)}
+                for s, sec in zip(submissions.student_names(2), seconds)}
     row = {"run": "one GPU" if workers == 1 else "all GPUs", "gpus": gpus, "workers": workers, "wall_s": wall,
            "students": students, "summary": ""}
     return {**row, **scale.summarize(row)}
@@ -199,7 +199,7 @@ def _row(gpus, workers, wall, seconds, scores=(7, 3)):
 def _result(rows):
     return {"date": "2026-12-01", "python": "3.12", "torch": "2.11", "triton": "3.6", "part": "scale",
             "device": {"name": "NVIDIA H100 80GB HBM3"}, "assignment": "01_hbm_cost_model", "students": 4,
-            "bug": scale.BUGS["01_hbm_cost_model"].what, "gpu_count": 2, "gpu_names": [], "sandboxed": False,
+            "bug": submissions.BUGS["01_hbm_cost_model"].what, "gpu_count": 2, "gpu_names": [], "sandboxed": False,
             "set_up_s": 9.0, **scale.verdict(rows), "rows": rows}
 
 
@@ -290,7 +290,7 @@ def test_a_class_of_two_is_graded_on_the_gpus(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(next(tmp_path.glob("scale-*.json")).read_text())
     for row in result["rows"]:
-        scores = {scale.kind_of(s): p["score"] for s, p in row["students"].items()}
+        scores = {submissions.kind_of(s): p["score"] for s, p in row["students"].items()}
         assert row["statuses"] == {"graded": 2} and scores["buggy"] < scores["solution"]
         assert all(p["seconds"] > 0 and p["where"].startswith("GPU") for p in row["students"].values())
     assert result["grades_identical"] in (True, None)

@@ -4,14 +4,16 @@ student per GPU.
     python -m kernels.bench.scale [--students 8] [--assignment 01_hbm_cost_model] [--gpus all]
                                   [--allow-one-gpu] [--timeout 1800] [--tag TEXT] [--out kernels/bench/results/scale]
 
-A course is built in a temporary folder: the assignment's solution notebook as nbgrader's source, its release made
-by `nbgrader generate_assignment`, and 2N students who hand the release in, N with every answer of the reference
-solution and N with the same answers but one kernel broken (BUGS: a wrong formula, so that its graded cells fail
-while the notebook runs to the end). The class is then graded twice by `python -m autograder grade-class`, as an
-instructor runs it: with `--gpus 0` (one worker, on the first GPU --gpus names), then with `--gpus all` (one
-worker per GPU; --gpus 0,1 names them), each with --force and every student's caches cold (grade-class gives each
-student private Triton, Inductor and Jupyter folders). The device profile is measured, and cached, once before
-either run, in a process of its own, as `python -m autograder device` does on an instructor's machine.
+A course is built in a temporary folder (kernels.bench.submissions): the assignment's solution notebook as
+nbgrader's source, its release made by `nbgrader generate_assignment`, and 2N students who hand the release in, N
+with every answer of the reference solution and N with the same answers but one kernel broken (a wrong formula, so
+that its graded cells fail while the notebook runs to the end). The class is then graded twice by `python -m
+autograder grade-class`, as an instructor runs it: with `--gpus 0` (one worker, on the first GPU --gpus names),
+then with `--gpus all` (one worker per GPU; --gpus 0,1 names them), each with --force and every student's caches
+cold (grade-class gives each student private Triton, Inductor and Jupyter folders). What an instructor's machine
+has ready before a class is made ready once before either run, each in a process of its own: the device profile
+(`python -m autograder device`) and the grader's own compiled yardsticks (notebook 07's; grade-class compiles them
+once per machine).
 
 Recorded: each run's wall seconds; each student's status, seconds and GPU from grade-class's own lines
 ("s01-solution: graded in 48 s on GPU 1"); the ratio of the wall times (all GPUs / one GPU; the goal is at most
@@ -28,14 +30,12 @@ registered for this Python inside the temporary folder. Nothing is downloaded.
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import dataclasses
 import importlib.util
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -49,124 +49,18 @@ from autograder.guard import sandbox
 from autograder.measure import device
 from autograder.publish.build import tool_env
 from kernels.bench.common import RESULTS, record, save, slug
+from kernels.bench.submissions import BUGGY, BUGS, SOLUTION, build_course, kind_of
 
-ROOT = Path(__file__).resolve().parents[2]
 RESULTS = RESULTS / "scale"
 GOAL_RATIO = 0.55  # wall seconds with one worker per GPU over those with one worker, on two GPUs
 KERNEL = "fusion-course"  # the Jupyter kernel nbgrader_config.py runs the notebooks with
-SOLUTION, BUGGY = "solution", "buggy"
 GRADE_CLASS = (sys.executable, "-m", "autograder", "grade-class")
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
-
-@dataclasses.dataclass(frozen=True)
-class Bug:
-    """One answer cell's mistake: `right` (found exactly once in the reference answer) becomes `wrong`."""
-
-    cell: str  # the answer cell's grade_id
-    right: str
-    wrong: str
-    what: str
-
-
-# One planted mistake a notebook: a formula a student gets wrong, which the notebook still runs with.
-BUGS = {
-    "01_hbm_cost_model": Bug("fused_chain", "y = alpha * z * tl.sigmoid(z)", "y = alpha * z",
-                             "01.fused_chain without its SiLU: y = alpha * (x + bias)"),
-    "02_vertical_fusion": Bug("rmsnorm", "tl.sum(x * x, axis=0) / H +", "tl.sum(x * x, axis=0) / BLOCK_H +",
-                              "02.rmsnorm's mean of squares taken over the padded block, not the row"),
-    "03_horizontal_fusion": Bug("row_sum_sumsq", "acc_sq += x * x", "acc_sq += x",
-                                "03.row_sum_sumsq adds x, not its square, to the sum of squares"),
-    "04_gemm_epilogue_fusion": Bug("swiglu", "h = tl.fdiv(gate, 1.0 + tl.exp(-gate)) * up", "h = gate * up",
-                                   "04.swiglu without the SiLU of its gate"),
-    "05_streaming_reduction_fusion": Bug("softmax", "(e / tl.sum(e, axis=0))", "(e / tl.max(e, axis=0))",
-                                         "05.softmax divides by the row's largest exponential, not their sum"),
-    "06_compiler_fusion": Bug("rmsnorm_op", "xhat * (tl.sum(g * xhat, axis=0) / H)", "xhat * tl.sum(g * xhat, axis=0)",
-                              "06.rmsnorm_op's backward forgets to divide the projection by H"),
-    "07_fusion_for_training": Bug("linear_cross_entropy_forward_backward",
-                                  " - tl.where(cols[None, :] == target[:, None], 1.0, 0.0)", "",
-                                  "07's fused cross-entropy leaves the one-hot target out of the gradient"),
-}
 
 # A student's line in grade-class's output (classroom.loop: "<student>: <status> in <s> s[ on <slot>][ (why)][ [n
 # flag(s)]]").
 _STUDENT_LINE = re.compile(r"^(?P<student>[^\s:\[]+): (?P<status>[a-z ]+?) in (?P<seconds>\d+) s"
                            r"(?: on (?P<where>[^(\[]+?))?(?: [(\[].*)?$")
-
-
-# -- the class ----------------------------------------------------------------------------------------------------
-
-def answers(source_nb) -> dict[str, str]:
-    """grade_id -> the reference answer of every answer cell of a solution notebook, without nbgrader's markers."""
-    out = {}
-    for cell in source_nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution"):
-            out[meta["grade_id"]] = "\n".join(line for line in cell.source.splitlines()
-                                              if line.strip() not in MARKERS)
-    return out
-
-
-def broken(good: dict[str, str], assignment: str) -> dict[str, str]:
-    """The same answers with the assignment's planted mistake (BUGS)."""
-    if assignment not in BUGS:
-        raise ValueError(f"no planted mistake for {assignment!r}; the assignments are {', '.join(BUGS)}")
-    bug = BUGS[assignment]
-    source = good.get(bug.cell)
-    if source is None:
-        raise ValueError(f"{assignment} has no answer cell {bug.cell!r}")
-    if source.count(bug.right) != 1:
-        raise ValueError(f"{assignment}'s cell {bug.cell} holds {bug.right!r} {source.count(bug.right)} times, not "
-                         "once: the planted mistake in kernels/bench/scale.py needs updating")
-    return {**good, bug.cell: source.replace(bug.right, bug.wrong)}
-
-
-def submission(release_nb, answered: dict[str, str]):
-    """The release with every answer cell holding its answer: what a student hands in."""
-    nb = copy.deepcopy(release_nb)
-    left = dict(answered)
-    for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in left:
-            cell.source = left.pop(grade_id)
-    if left:
-        raise ValueError(f"the release has no cells {sorted(left)}")
-    return nb
-
-
-def student_names(n: int) -> list[str]:
-    """2n students, the two kinds alternating in grade-class's (sorted) order: s01-solution, s02-buggy, ..."""
-    return [f"s{i + 1:02d}-{SOLUTION if i % 2 == 0 else BUGGY}" for i in range(2 * n)]
-
-
-def kind_of(student: str) -> str:
-    return BUGGY if student.endswith(BUGGY) else SOLUTION
-
-
-def build_course(course: Path, assignment: str, n: int, env: dict) -> list[str]:
-    """The course folder: configuration, source, release, gradebook, and the 2n submissions. Returns the students."""
-    import nbformat
-
-    course.mkdir(parents=True)
-    for name in ("nbgrader_config.py", "grading.toml"):
-        shutil.copy(ROOT / name, course / name)
-    shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
-                    ignore=shutil.ignore_patterns("*.py", ".ipynb_checkpoints", "__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-                           f"--db=sqlite:///{course / 'gradebook.db'}", "--log-level=ERROR"],
-                          cwd=course, env=env, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"nbgrader generate_assignment failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    release = course / "course" / assignment
-    good = answers(nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4))
-    handed_in = {SOLUTION: good, BUGGY: broken(good, assignment)}
-    release_nb = nbformat.read(release / f"{assignment}.ipynb", as_version=4)
-    students = student_names(n)
-    for student in students:
-        folder = course / "submitted" / student / assignment
-        shutil.copytree(release, folder)
-        nbformat.write(submission(release_nb, handed_in[kind_of(student)]), folder / f"{assignment}.ipynb")
-    return students
 
 
 # -- the runs -----------------------------------------------------------------------------------------------------
@@ -319,6 +213,15 @@ def probe_in_child(env: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def prime_yardsticks(assignment: str, env: dict) -> str:
+    """What grade-class compiles once per machine before its first student (the grader's own yardsticks, notebook
+    07's), compiled before either run so that the first run alone does not pay for it. Returns what it said."""
+    done = subprocess.run([sys.executable, "-m", "autograder.classroom.compile_cache", assignment], env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    said = (done.stdout + done.stderr).strip().splitlines()
+    return said[-1] if said else f"autograder.classroom.compile_cache exited with code {done.returncode}"
+
+
 def chosen_gpus(chosen: str, visible: int) -> list[int]:
     """The GPU indices --gpus names ("all" or "0,1"), checked against the visible ones."""
     if chosen.strip() == "all":
@@ -375,6 +278,7 @@ def measure(args, found: dict, env: dict) -> dict:
         course = Path(tmp) / "course"
         env, said = kernel_env(env, Path(tmp) / "jupyter")
         print(said, flush=True)
+        print(prime_yardsticks(args.assignment, env), flush=True)
         started = time.perf_counter()
         students = build_course(course, args.assignment, args.students, env)
         set_up = time.perf_counter() - started
