@@ -402,7 +402,7 @@ plt.show()
 # %% nbgrader={"grade": false, "grade_id": "matmul-demo", "locked": true, "schema_version": 3, "solution": false}
 import inspect
 
-print(inspect.getsource(tiled.tile_dot))
+print(inspect.getsource(tiled.tile_dot.fn))  # .fn: the Python function under @triton.jit
 x_demo = torch.randn(37, 70, device=DEVICE)
 w_demo = torch.randn(100, 70, device=DEVICE)  # (N, K), nn.Linear's layout
 small = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
