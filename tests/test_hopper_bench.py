@@ -119,3 +119,62 @@ def test_the_report_says_which_goals_are_not_met():
     row = "| 4,16,4096,128 bf16 causal=False | SDPA cudnn 1000 | 0.80 | - | 0.97 | - | tma 128x128 s3 w8 0.97 |"
     assert row in text
     assert "- forward: met" in text
+
+
+@pytest.fixture
+def tiny_run(monkeypatch):
+    """The three parts at tiny shapes on the CPU: kernels in the interpreter (float16), compiles skipped (Triton
+    compiles nothing there), a clock for a timer and the child process run in this one."""
+    if runtime.has_gpu():
+        pytest.skip("the end-to-end run on a GPU is python -m kernels.bench.hopper itself")
+    for module in (hopper, hopper_training):
+        monkeypatch.setattr(module, "DEVICE", "cpu")
+        monkeypatch.setattr(module, "DTYPES", ("fp16",))
+        monkeypatch.setattr(module, "interleaved_times", lambda calls, rounds, rep: {n: [1.0, 1.1] for n in calls})
+    monkeypatch.setattr(hopper, "SWEEP", (1, 2, 64))
+    monkeypatch.setattr(hopper, "SWEEP_DTYPE", "fp16")
+    monkeypatch.setattr(hopper, "ATTENTION_SHAPES", ((1, 2, 64, 64), (1, 1, 96, 128)))
+    space = hopper.family_space
+    monkeypatch.setattr(hopper, "family_space", lambda family, d: (space(family, d)[0][:2], space(family, d)[1]))
+    monkeypatch.setattr(hopper, "_probe_in_child",
+                        lambda family, clock, progress: {**hopper.sweep_forward((family,), clock, progress),
+                                                         "probe": "ok"})
+    monkeypatch.setattr(hopper_training, "SWEEP_DTYPE", "fp16")
+    monkeypatch.setattr(hopper_training, "CE_DTYPE", "fp16")
+    monkeypatch.setattr(hopper_training, "BACKWARD_SHAPES", ((1, 1, 64, 32),))
+    monkeypatch.setattr(hopper_training, "CE_SHAPE", (64, 32, 200))
+    monkeypatch.setattr(hopper_training, "TMA_ROWS", (32,))
+    monkeypatch.setattr(hopper_training, "peak_extra_bytes", lambda fn: (fn(), 2**20))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+
+    def compiled(cands, deadline, threads=None):
+        for c in cands:
+            c.status = "compiled" if c.status == "planned" else c.status
+        return 0.0
+
+    monkeypatch.setattr(sweep, "compile_all", compiled)
+    monkeypatch.setattr(sweep, "grader_ms", lambda fn, warmup, rep: (fn(), 1.0)[1])
+
+
+@pytest.mark.slow
+def test_every_part_runs_end_to_end_and_its_record_is_json(tiny_run):
+    clock, said = sweep.Clock(600), []
+    rows, record = hopper.forward_part(clock, said.append)
+    assert len(rows) == 2 * 2  # two shapes, causal and not, float16
+    assert {r["best_sdpa"] for r in rows} == {"SDPA default"}  # the forced backends do not run on a CPU
+    assert all(r["missing"]["SDPA cudnn"] for r in rows)
+    assert {"course", "portable", "tma", "ws"} <= set(rows[0]["family_best"])
+    assert record["ws_probe"] == "ok" and record["finalists"]
+    b_rows, b_record = hopper_training.backward_part(clock, said.append)
+    assert [set(r["fraction_of_best_sdpa"]) for r in b_rows] == [{"course", "re-tuned", "one-pass"}] * 2
+    swept = b_record["sweeps"]["causal=False fp16"]
+    assert any(c["status"] == "failed to run" for c in swept if c["setting"].get("atomic") == "tma")  # no GPU
+    ce_rows, _ = hopper_training.cross_entropy_part(clock, said.append)
+    timed = {"eager", "torch.compile", "course triton", "capstone cuBLAS", "tma rows=32"}
+    assert set(ce_rows[0]["ms"]) >= timed, ce_rows[0]["missing"]
+    assert max(ce_rows[0]["errors"].values()) < 1e-2
+    result = {"device": {"name": "CPU"}, "date": "today", "torch": "x", "triton": "y",
+              "rows": rows + b_rows + ce_rows, "goals": hopper.goals(rows + b_rows + ce_rows),
+              "forward": record, "backward": b_record}
+    json.loads(json.dumps(result))
+    assert "Backward, fraction of the best SDPA backend's speed" in hopper.markdown(result)

@@ -60,6 +60,8 @@ from kernels.flash_attention_ws import WS_SPACE, flash_attention_ws
 RESULTS = RESULTS / "hopper"
 GOALS = {"forward": 0.95, **training.GOALS}  # forward: every peer shape at >= 0.95 of the best SDPA backend
 DTYPES = ("bf16", "fp16")
+SWEEP, SWEEP_DTYPE = (4, 16, 4096), "bf16"  # the families are swept at (*SWEEP, D) in SWEEP_DTYPE
+DEVICE = "cuda"
 TOLERANCE = {"bf16": 3e-2, "fp16": 1e-2}
 FAMILIES = ("portable", "tma", "ws")
 SDPA = {"SDPA default": None, "SDPA cudnn": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION",
@@ -94,9 +96,9 @@ def plan() -> dict:
 def _qkv(shape: tuple, dtype_name: str):
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((shape, dtype_name)).encode()))
+    g = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(repr((shape, dtype_name)).encode()))
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-    return tuple(torch.randn(*shape, device="cuda", dtype=dtype, generator=g) for _ in range(3))
+    return tuple(torch.randn(*shape, device=DEVICE, dtype=dtype, generator=g) for _ in range(3))
 
 
 @functools.cache
@@ -135,11 +137,11 @@ def candidate(family: str, cfg: dict, shape: tuple, dtype_name: str, causal: boo
 
 
 def _check_and_rank(groups: dict, keys: list, clock: sweep.Clock, progress) -> None:
-    """Check every compiled candidate of these groups at (4, 16, 4096, D), and time those that are right."""
+    """Check every compiled candidate of these groups at (*SWEEP, D), and time those that are right."""
     begin = time.perf_counter()
     for family, d, causal, dtype_name in keys:
         cands = groups[(family, d, causal, dtype_name)]
-        ref = _reference((4, 16, 4096, d), dtype_name, causal)
+        ref = _reference((*SWEEP, d), dtype_name, causal)
         what = f"{family} D={d} causal={causal} {dtype_name}"
         for c in tqdm(cands, desc=what, leave=False):
             sweep.check(c, lambda out, ref=ref: _attention_error(out, ref), TOLERANCE[dtype_name])
@@ -166,20 +168,22 @@ def sweep_forward(families: tuple, clock: sweep.Clock, progress, share: float = 
     for family in families:
         for d in (128, 64):
             kept, left[f"{family} D={d}"] = family_space(family, d)
-            groups[(family, d, False, "bf16")] = [candidate(family, c, (4, 16, 4096, d), "bf16", False)
-                                                  for c in kept]
+            groups[(family, d, False, SWEEP_DTYPE)] = [candidate(family, c, (*SWEEP, d), SWEEP_DTYPE, False)
+                                                       for c in kept]
     compile_batch("forward sweep, not causal", share * 0.5)
     _check_and_rank(groups, list(groups), clock, progress)
     for (family, d, _, _), cands in list(groups.items()):
         top = [c.setting for c in sweep.best(cands, 4)]
-        groups[(family, d, True, "bf16")] = [candidate(family, c, (4, 16, 4096, d), "bf16", True) for c in top]
+        groups[(family, d, True, SWEEP_DTYPE)] = [candidate(family, c, (*SWEEP, d), SWEEP_DTYPE, True) for c in top]
     compile_batch("forward sweep, causal", share * 0.3)
     _check_and_rank(groups, [k for k in groups if k[2]], clock, progress)
+    others = [dt for dt in DTYPES if dt != SWEEP_DTYPE]
     for (family, d, causal, _), cands in list(groups.items()):
         top = [c.setting for c in sweep.best(cands, 2)]
-        groups[(family, d, causal, "fp16")] = [candidate(family, c, (4, 16, 4096, d), "fp16", causal) for c in top]
-    compile_batch("forward sweep, fp16", share * 0.3)
-    _check_and_rank(groups, [k for k in groups if k[3] == "fp16"], clock, progress)
+        for dt in others:
+            groups[(family, d, causal, dt)] = [candidate(family, c, (*SWEEP, d), dt, causal) for c in top]
+    compile_batch(f"forward sweep, {', '.join(others)}", share * 0.3)
+    _check_and_rank(groups, [k for k in groups if k[3] in others], clock, progress)
     finalists = [{"family": f, "D": d, "causal": c, "dtype": dt, "setting": x.setting}
                  for (f, d, c, dt), cands in groups.items() for x in sweep.best(cands, 2)]
     records = {f"{f} D={d} causal={c} {dt}": [x.record() for x in cands] for (f, d, c, dt), cands in groups.items()}
@@ -277,9 +281,9 @@ def forward_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
     finalists = here["finalists"] + ws["finalists"]
     # Compiled here at once before the rows need them: the child's finalists (from Triton's disk cache, which the
     # child filled) and the course's own settings in every dtype and mask (the same kernels its launchers run).
-    again = [candidate(f["family"], f["setting"], (4, 16, 4096, f["D"]), f["dtype"], f["causal"])
+    again = [candidate(f["family"], f["setting"], (*SWEEP, f["D"]), f["dtype"], f["causal"])
              for f in ws["finalists"]]
-    again += [candidate(family, cfg, (4, 16, 4096, d), dt, causal)
+    again += [candidate(family, cfg, (*SWEEP, d), dt, causal)
               for d in (128, 64) for dt in DTYPES for causal in (False, True)
               for family, cfg in (("portable", attention_launch_settings(4096, d, None)),
                                   ("tma", ATTENTION_TMA_SETTINGS[0]))

@@ -37,7 +37,9 @@ from kernels.linear_cross_entropy_backward import (
 from kernels.linear_cross_entropy_tma import CE_GEMM_SETTINGS, linear_cross_entropy_forward_backward_tma
 
 GOALS = {"backward": 0.85, "cross_entropy": {"max_time_over_compile": 1.0, "max_memory_over_compile": 0.5}}
-BACKWARD_SHAPES = ((4, 16, 4096, 128), (1, 16, 16384, 128))
+BACKWARD_SHAPES = ((4, 16, 4096, 128), (1, 16, 16384, 128))  # the first is the re-tuning sweep's
+DTYPES, SWEEP_DTYPE, CE_DTYPE = ("bf16", "fp16"), "bf16", "bf16"
+DEVICE = "cuda"
 TOLERANCE = {"bf16": 3e-2, "fp16": 1e-2}
 SDPA_BACKWARD = {"SDPA default": None, "SDPA cudnn": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION",
                  "SDPA efficient": "EFFICIENT_ATTENTION"}
@@ -64,8 +66,8 @@ class _BackwardInputs:
     def __init__(self, shape, dtype_name, causal, reference: bool = True):
         import torch
 
-        g = torch.Generator(device="cuda").manual_seed(zlib.crc32(repr((shape, dtype_name, causal)).encode()))
-        q, k, v, do = (torch.randn(*shape, device="cuda", dtype=_dtype(dtype_name), generator=g) for _ in range(4))
+        g = torch.Generator(device=DEVICE).manual_seed(zlib.crc32(repr((shape, dtype_name, causal)).encode()))
+        q, k, v, do = (torch.randn(*shape, device=DEVICE, dtype=_dtype(dtype_name), generator=g) for _ in range(4))
         o, lse = flash_attention_tma(q, k, v, causal)
         self.args = (q, k, v, o, lse, do, causal)
         self.reference = fab.SdpaBackward()(*self.args) if reference else None
@@ -93,7 +95,7 @@ def backward_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
     sweeps, retuned, one_pass = {}, {}, {}
     per_causal = {}
     for causal in (False, True):
-        inputs = _BackwardInputs(BACKWARD_SHAPES[0], "bf16", causal)
+        inputs = _BackwardInputs(BACKWARD_SHAPES[0], SWEEP_DTYPE, causal)
         kv_side = [inputs.candidate("dkdv", kv, q0) for kv in tuning.DKDV_SPACE]
         q_side = [inputs.candidate("dq", kv0, q) for q in tuning.DQ_SPACE if q != q0]
         atomic = [inputs.one_pass(cfg, mode) for mode in ("tma", "pointer") for cfg in ATOMIC_SETTINGS]
@@ -105,24 +107,25 @@ def backward_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
              f"{seconds:.0f} s")
     for causal, (inputs, kv_side, q_side, atomic) in per_causal.items():
         for c in tqdm(kv_side + q_side + atomic, desc=f"backward sweep causal={causal}", leave=False):
-            sweep.check(c, lambda out, ref=inputs.reference: _relative_error(out, ref), TOLERANCE["bf16"])
+            sweep.check(c, lambda out, ref=inputs.reference: _relative_error(out, ref), TOLERANCE[SWEEP_DTYPE])
             sweep.quick_ms(c, rep_ms=30)
         best_kv = (sweep.best(kv_side) or [None])[0]
         q_timed = sweep.best(q_side + [c for c in kv_side if c.setting["dkdv"] == kv0])
         retuned[causal] = (best_kv.setting["dkdv"] if best_kv else kv0, q_timed[0].setting["dq"] if q_timed else q0)
         fastest = sweep.best(atomic)
         one_pass[causal] = dict(fastest[0].setting) if fastest else None
-        sweeps[f"causal={causal} bf16"] = [c.record() for c in kv_side + q_side + atomic]
+        sweeps[f"causal={causal} {SWEEP_DTYPE}"] = [c.record() for c in kv_side + q_side + atomic]
     per_causal.clear()  # the inputs' memory
-    # fp16 compiles of the course's settings and the re-tuned ones, at once, before the rows need them
-    fp16 = [_BackwardInputs(BACKWARD_SHAPES[0], "fp16", c, reference=False) for c in (False, True)]
-    todo = [x.candidate(name, *cfg) for x in fp16
+    # The other dtype's compiles of the course's settings and the chosen ones, at once, before the rows need them
+    other = [_BackwardInputs(BACKWARD_SHAPES[0], dt, c, reference=False)
+             for dt in DTYPES if dt != SWEEP_DTYPE for c in (False, True)]
+    todo = [x.candidate(name, *cfg) for x in other
             for name, cfg in (("course", (kv0, q0)), ("re-tuned", retuned[x.args[-1]]))]
-    todo += [x.one_pass(*_split(one_pass[x.args[-1]])) for x in fp16 if one_pass[x.args[-1]]]
+    todo += [x.one_pass(*_split(one_pass[x.args[-1]])) for x in other if one_pass[x.args[-1]]]
     clock.add("backward", "compile", sweep.compile_all(todo, clock.deadline(0.2)))
-    del fp16, todo
+    del other, todo
     rows = []
-    todo = [(s, dt, c) for s in BACKWARD_SHAPES for dt in ("bf16", "fp16") for c in (False, True)]
+    todo = [(s, dt, c) for s in BACKWARD_SHAPES for dt in DTYPES for c in (False, True)]
     for shape, dt, causal in tqdm(todo, desc="backward rows"):
         inputs = _BackwardInputs(shape, dt, causal)
         kv_c, q_c = retuned[causal]  # 16-bit tiles: the same settings in bf16 and fp16, as the course's are
@@ -188,10 +191,10 @@ def cross_entropy_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
     import torch
 
     M, K, V = CE_SHAPE
-    g = torch.Generator(device="cuda").manual_seed(0)
-    h = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
-    w = (torch.randn(V, K, device="cuda", generator=g) / K**0.5).to(torch.bfloat16)
-    t = torch.randint(0, V, (M,), device="cuda", generator=g)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    h = torch.randn(M, K, device=DEVICE, generator=g).to(_dtype(CE_DTYPE))
+    w = (torch.randn(V, K, device=DEVICE, generator=g) / K**0.5).to(_dtype(CE_DTYPE))
+    t = torch.randint(0, V, (M,), device=DEVICE, generator=g)
     tma = [sweep.Candidate("tma", {"rows": r, **CE_GEMM_SETTINGS[0]},
                            compile=lambda r=r: linear_cross_entropy_forward_backward_tma(h, w, t, r, warmup=True),
                            run=lambda r=r: linear_cross_entropy_forward_backward_tma(h, w, t, r)) for r in TMA_ROWS]
@@ -212,7 +215,8 @@ def cross_entropy_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
         begin = time.perf_counter()
         try:
             fn()
-            torch.cuda.synchronize()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001  reported below as not measured
             first_call[name] = sweep.first_line(exc)
             continue
@@ -232,8 +236,8 @@ def cross_entropy_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
         memory[name] = round(extra / 2**30, 3)
         del out
     for name in list(errors):
-        if not errors[name] <= TOLERANCE["bf16"]:
-            missing[name] = f"wrong: error {errors[name]:.3g} above {TOLERANCE['bf16']:g}"
+        if not errors[name] <= TOLERANCE[CE_DTYPE]:
+            missing[name] = f"wrong: error {errors[name]:.3g} above {TOLERANCE[CE_DTYPE]:g}"
     del reference
     calls = {n: fn for n, fn in versions.items() if n not in missing}
     begin = time.perf_counter()
@@ -241,10 +245,10 @@ def cross_entropy_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
     clock.add("cross_entropy", "time", time.perf_counter() - begin)
     ms = {n: round(sorted(v)[len(v) // 2], 3) for n, v in times.items()}
     flops = fab.linear_cross_entropy_backward_flops(h, w)
-    row = {"part": "cross_entropy", "shape": f"{M}x{K} -> {V} bf16, forward and backward", "ms": ms,
+    row = {"part": "cross_entropy", "shape": f"{M}x{K} -> {V} {CE_DTYPE}, forward and backward", "ms": ms,
            "TFLOPs": {n: round(flops / (v * 1e-3) / 1e12, 1) for n, v in ms.items()}, "extra_GiB": memory,
            "errors": errors, "missing": missing, "first_call_s": first_call}
-    if "torch.compile" in ms:
+    if "torch.compile" in ms and memory.get("torch.compile"):
         row["time_over_compile"] = {n: round(v / ms["torch.compile"], 3) for n, v in ms.items()}
         row["memory_over_compile"] = {n: round(v / memory["torch.compile"], 3) for n, v in memory.items()}
     return [row], {"tma_kernels": tma[0].record()}
