@@ -377,40 +377,51 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # <!-- graded: 04.gemm_gelu_residual -->
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual", "locked": false, "schema_version": 3, "solution": true}
-# A skeleton to start from: select it, uncomment it (Ctrl+/ in JupyterLab), fill it in, and delete the
-# `raise NotImplementedError()` line.
-#
-# @triton.jit
-# def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, stride_xm, stride_xk,
-#                                stride_wk, stride_wn, stride_b, stride_rm, stride_rn, stride_om,
-#                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-#                                GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-#     """One program computes one BLOCK_M x BLOCK_N tile of out = gelu_tanh(x @ w + b) + r.
-#
-#     x (M, K), w (K, N), b (N,), r (M, N): one dtype, strides in elements (any layout); out (M, N) row-major
-#     (stride_om, 1). PRECISION: "ieee" for float32 inputs, None otherwise (dot_precision(dtype))."""
-#     # 1. which tile is mine: pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M);
-#     #    the row indices rm and column indices rn of the tile
-#     # 2. the K loop, one float32 accumulator: acc = tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, strides...,
-#     #    BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-#     # 3. epilogue, in float32: load b[rn] and the r tile (masked), u = acc + b, gelu_tanh(u) + r
-#     # 4. round once to out's dtype (out_ptr.dtype.element_ty) and store, masked at the ragged edges
-#
-# def gemm_gelu_residual(x, w, b, r):
-#     """out = gelu_tanh(x @ w + b) + r in one kernel.
-#
-#     x (M, K), w (K, N), b (N,), r (M, N): all fp32, fp16 or bf16, any strides (w may be an nn.Linear
-#     weight's .t(), x a slice of a wider buffer). Returns out (M, N), contiguous, in x's dtype."""
-#     # 1. check shapes and dtypes; M, K = x.shape; N = w.shape[1]
-#     # 2. allocate out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-#     # 3. choose tile sizes (e.g. 64 x 128 x 64, GROUP_M = 8, 4 warps) and the grid, one program per tile:
-#     #    (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
-#     # 4. launch with every stride (x.stride(0), x.stride(1), w.stride(0), ...) and
-#     #    PRECISION=dot_precision(x.dtype); return out
+# Helpers your kernel and launcher call (the GELU as a @triton.jit function, the epilogue, launch settings, input
+# checks) go here; or write everything inside the two functions below.
 ### BEGIN SOLUTION
-# include: kernels/gemm_epilogue.py (gelu_tanh, approx_tanh_applies, _epilogue_store, _gemm_gelu_residual_kernel,
-#     gemm_launch_settings, _check_epilogue_inputs, gemm_gelu_residual)
+# include: kernels/gemm_epilogue.py (gelu_tanh, approx_tanh_applies, _epilogue_store, gemm_launch_settings,
+#     _check_epilogue_inputs)
 ### END SOLUTION
+
+
+@triton.jit
+def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk,
+                               stride_wn, stride_b, stride_rm, stride_rn, stride_om,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               GROUP_M: tl.constexpr, HALVES: tl.constexpr, PRECISION: tl.constexpr,
+                               APPROX_TANH: tl.constexpr):
+    """One program computes one BLOCK_M x BLOCK_N tile of out = gelu_tanh(x @ w + b) + r.
+
+    x (M, K), w (K, N), b (N,), r (M, N): one dtype, strides in elements (any layout); out (M, N) row-major
+    (stride_om, 1). PRECISION: "ieee" for float32 inputs, None otherwise (dot_precision(dtype)). HALVES: apply the
+    epilogue one column half at a time (the register hint); APPROX_TANH: the tanh.approx speed trick. Launch
+    with both False to start with."""
+    # 1. which tile is mine: pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M);
+    #    the row indices rm and column indices rn of the tile
+    # 2. the K loop, one float32 accumulator: acc = tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, strides...,
+    #    BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+    # 3. epilogue, in float32: load b[rn] and the r tile (masked), u = acc + b, gelu_tanh(u) + r
+    # 4. round once to out's dtype (out_ptr.dtype.element_ty) and store, masked at the ragged edges
+    ### BEGIN SOLUTION
+    # include body: kernels/gemm_epilogue.py (_gemm_gelu_residual_kernel)
+    ### END SOLUTION
+
+
+def gemm_gelu_residual(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """out = gelu_tanh(x @ w + b) + r in one kernel.
+
+    x (M, K), w (K, N), b (N,), r (M, N): all fp32, fp16 or bf16, any strides (w may be an nn.Linear
+    weight's .t(), x a slice of a wider buffer). Returns out (M, N), contiguous, in x's dtype."""
+    # 1. check shapes and dtypes; M, K = x.shape; N = w.shape[1]
+    # 2. allocate out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # 3. choose tile sizes (e.g. 64 x 128 x 64, GROUP_M = 8, 4 warps) and the grid, one program per tile:
+    #    (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    # 4. launch with every stride (x.stride(0), x.stride(1), w.stride(0), ...),
+    #    PRECISION=dot_precision(x.dtype), HALVES=False and APPROX_TANH=False; return out
+    ### BEGIN SOLUTION
+    # include body: kernels/gemm_epilogue.py (gemm_gelu_residual)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -652,10 +663,24 @@ for name, vals in ratios.items():
 # runs your fallback only; the cell after it times whatever you wrote.
 
 # %% nbgrader={"grade": false, "grade_id": "gemm_gelu_residual_tma", "locked": false, "schema_version": 3, "solution": true}
+# Optional (Hopper, ungraded). Your persistent TMA kernel, its settings and its launch go here.
 ### BEGIN SOLUTION
 # include: kernels/gemm_epilogue.py (_epilogue_tile, _gemm_gelu_residual_tma_kernel, TMA_SETTINGS,
-#     gemm_gelu_residual_tma, _launch_epilogue_tma)
+#     _launch_epilogue_tma)
 ### END SOLUTION
+
+
+def gemm_gelu_residual_tma(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(x @ w + b) + r, as gemm_gelu_residual computes it, with the tiles moved by the TMA engine on
+    Hopper; gemm_gelu_residual(x, w, b, r) itself where the engine does not apply."""
+    # 1. check the inputs as gemm_gelu_residual does
+    # 2. where tma_path_applies(x, w) and tma_ready(r) do not both hold, return gemm_gelu_residual(x, w, b, r)
+    # 3. out (M, N); descriptors of x, r and out (descriptor), of w (weight_descriptor: it says whether it holds
+    #    w's transpose); programs = persistent_programs(number of tiles, x.device)
+    # 4. launch one program per multiprocessor, trying your settings in order (first_that_compiles); return out
+    ### BEGIN SOLUTION
+    # include body: kernels/gemm_epilogue.py (gemm_gelu_residual_tma)
+    ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "tma-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # The cell times, at `8192³`, cuBLAS alone, cuBLAS + the eager epilogue, `torch.compile`, your exercise-1
@@ -790,32 +815,40 @@ for m in SWIGLU_MS:
 # <!-- graded: 04.swiglu -->
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu", "locked": false, "schema_version": 3, "solution": true}
-# A skeleton to start from: select it, uncomment it (Ctrl+/ in JupyterLab), fill it in, and delete the
-# `raise NotImplementedError()` line.
-#
-# @triton.jit
-# def _swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_xk, stride_gk, stride_gn,
-#                    stride_uk, stride_un, stride_hm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-#                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-#     """One program computes one BLOCK_M x BLOCK_N tile of h = silu(x @ w_gate) * (x @ w_up).
-#
-#     x (M, K), w_gate and w_up (K, N): one dtype, strides in elements; h (M, N) row-major (stride_hm, 1)."""
-#     # 1. which tile is mine (grouped_tile), its rows rm and columns rn, and the K offsets rk
-#     # 2. pointers to the first x tile and to the first tile of each weight, each with its own strides
-#     # 3. two float32 accumulators; the K loop: load the x tile once, load both weight tiles (masked past
-#     #    M, N and K with 0), gate = tl.dot(a, g, gate, input_precision=PRECISION), up likewise; advance
-#     # 4. epilogue in float32: h = gate / (1 + exp(-gate)) * up; round once and store, masked
-#
-# def swiglu(x, w_gate, w_up):
-#     """h = silu(x @ w_gate) * (x @ w_up) in one kernel.
-#
-#     x (M, K), w_gate and w_up (K, N): all fp32, fp16 or bf16, any strides. Returns h (M, N), contiguous,
-#     in x's dtype."""
-#     # 1. check shapes; allocate h; tile sizes and the grid (one program per output tile)
-#     # 2. launch with every stride and PRECISION=dot_precision(x.dtype); return h
+# Helpers your launcher calls (launch settings, input checks) go here; or write everything inside the two
+# functions below.
 ### BEGIN SOLUTION
-# include: kernels/swiglu.py (_swiglu_kernel, swiglu_launch_settings, swiglu)
+# include: kernels/swiglu.py (swiglu_launch_settings)
 ### END SOLUTION
+
+
+@triton.jit
+def _swiglu_kernel(x_ptr, wg_ptr, wu_ptr, h_ptr, M, N, K, stride_xm, stride_xk, stride_gk, stride_gn, stride_uk,
+                   stride_un, stride_hm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    """One program computes one BLOCK_M x BLOCK_N tile of h = silu(x @ w_gate) * (x @ w_up).
+
+    x (M, K), w_gate and w_up (K, N): one dtype, strides in elements; h (M, N) row-major (stride_hm, 1)."""
+    # 1. which tile is mine (grouped_tile), its rows rm and columns rn, and the K offsets rk
+    # 2. pointers to the first x tile and to the first tile of each weight, each with its own strides
+    # 3. two float32 accumulators; the K loop: load the x tile once, load both weight tiles (masked past
+    #    M, N and K with 0), gate = tl.dot(a, g, gate, input_precision=PRECISION), up likewise; advance
+    # 4. epilogue in float32: h = gate / (1 + exp(-gate)) * up; round once and store, masked
+    ### BEGIN SOLUTION
+    # include body: kernels/swiglu.py (_swiglu_kernel)
+    ### END SOLUTION
+
+
+def swiglu(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """h = silu(x @ w_gate) * (x @ w_up) in one kernel.
+
+    x (M, K), w_gate and w_up (K, N): all fp32, fp16 or bf16, any strides. Returns h (M, N), contiguous,
+    in x's dtype."""
+    # 1. check shapes; allocate h; tile sizes and the grid (one program per output tile)
+    # 2. launch with every stride and PRECISION=dot_precision(x.dtype); return h
+    ### BEGIN SOLUTION
+    # include body: kernels/swiglu.py (swiglu)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -848,10 +881,23 @@ check("04.swiglu", swiglu, criteria=["fusion"]).assert_passed("fusion")
 # Nothing grades this cell; the cell after it times whatever you wrote.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu_tma", "locked": false, "schema_version": 3, "solution": true}
+# Optional (Hopper, ungraded). Your persistent TMA kernel, its settings and its launch go here.
 ### BEGIN SOLUTION
-# include: kernels/swiglu.py (_swiglu_tma_kernel, SWIGLU_TMA_SETTINGS, SWIGLU_TMA_SHORT_K, swiglu_tma,
-#     _launch_swiglu_tma)
+# include: kernels/swiglu.py (_swiglu_tma_kernel, SWIGLU_TMA_SETTINGS, SWIGLU_TMA_SHORT_K, _launch_swiglu_tma)
 ### END SOLUTION
+
+
+def swiglu_tma(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    """silu(x @ w_gate) * (x @ w_up), as swiglu computes it, with the tiles moved by the TMA engine on Hopper;
+    swiglu(x, w_gate, w_up) itself where the engine does not apply or the two weights are laid out differently."""
+    # 1. check the inputs as swiglu does
+    # 2. where tma_path_applies(x, w_gate, w_up) does not hold, or one weight is row-major and the other an
+    #    nn.Linear transpose, return swiglu(x, w_gate, w_up)
+    # 3. h (M, N); descriptors of x and h, of each weight (weight_descriptor); persistent_programs(...) programs
+    # 4. launch one program per multiprocessor, trying your settings in order (first_that_compiles); return h
+    ### BEGIN SOLUTION
+    # include body: kernels/swiglu.py (swiglu_tma)
+    ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your SwiGLU against the model

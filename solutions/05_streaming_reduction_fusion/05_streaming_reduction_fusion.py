@@ -260,32 +260,41 @@ print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(gua
 # <!-- graded: 05.softmax -->
 
 # %% nbgrader={"grade": false, "grade_id": "softmax", "locked": false, "schema_version": 3, "solution": true}
-# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
-#
-# @triton.jit
-# def _softmax_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
-#                     ONE_BLOCK: tl.constexpr):
-#     """One program writes one row of y = softmax(x, dim=-1).
-#
-#     x (M, N) any strides (stride_xm, stride_xn, in elements); y (M, N) row-major (stride_ym, 1), x's dtype.
-#     ONE_BLOCK: the whole row fits in BLOCK_N lanes (N <= BLOCK_N); otherwise loop over it in BLOCK_N chunks."""
-#     row = tl.program_id(0).to(tl.int64)      # int64: row * stride overflows int32 on large inputs
-#     cols = tl.arange(0, BLOCK_N)
-#     if ONE_BLOCK:
-#         ...  # load the row (mask cols < N, other=-inf), float32: max, exp, sum, store e / sum
-#     else:
-#         ...  # loop over the row: per-lane running max and sum (tl.full / tl.zeros of [BLOCK_N]),
-#         ...  # merge the lanes (tl.max, tl.sum), then a second loop that writes exp(x - max) / sum
-#
-# def softmax(x):
-#     """softmax(x, dim=-1) in one kernel: x (M, N) fp32/fp16/bf16, any strides -> y (M, N) contiguous, x's dtype."""
-#     M, N = x.shape
-#     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-#     _softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=..., ONE_BLOCK=...)
-#     return y
+# Helpers your launcher calls (the choice of BLOCK_N, ONE_BLOCK and warps from N) go here; or write everything
+# inside the two functions below.
 ### BEGIN SOLUTION
-# include: kernels/softmax.py (ONE_BLOCK_MAX, _softmax_kernel, softmax_launch_settings, softmax)
+# include: kernels/softmax.py (ONE_BLOCK_MAX, softmax_launch_settings)
 ### END SOLUTION
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
+                    ONE_BLOCK: tl.constexpr):
+    """One program writes one row of y = softmax(x, dim=-1).
+
+    x (M, N) any strides (stride_xm, stride_xn, in elements); y (M, N) row-major (stride_ym, 1), x's dtype.
+    ONE_BLOCK: the whole row fits in BLOCK_N lanes (N <= BLOCK_N); otherwise loop over it in BLOCK_N chunks."""
+    # row = tl.program_id(0).to(tl.int64)      # int64: row * stride overflows int32 on large inputs
+    # cols = tl.arange(0, BLOCK_N)
+    # if ONE_BLOCK:
+    #     ...  # load the row (mask cols < N, other=-inf), float32: max, exp, sum, store e / sum
+    # else:
+    #     ...  # loop over the row: per-lane running max and sum (tl.full / tl.zeros of [BLOCK_N]),
+    #     ...  # merge the lanes (tl.max, tl.sum), then a second loop that writes exp(x - max) / sum
+    ### BEGIN SOLUTION
+    # include body: kernels/softmax.py (_softmax_kernel)
+    ### END SOLUTION
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """softmax(x, dim=-1) in one kernel: x (M, N) fp32/fp16/bf16, any strides -> y (M, N) contiguous, x's dtype."""
+    # M, N = x.shape
+    # y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # _softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=..., ONE_BLOCK=...)
+    # return y
+    ### BEGIN SOLUTION
+    # include body: kernels/softmax.py (softmax)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "softmax-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -323,7 +332,14 @@ check("05.softmax", softmax, criteria=["fusion"]).assert_passed("fusion")
 # demonstration (not graded; the grader skips this cell)
 SM_ONE_BLOCK = globals().get("ONE_BLOCK_MAX", 16384)  # where the model moves from 2|x| to 3|x|
 SKELETON_PARAMS = ["x_ptr", "y_ptr", "M", "N", "stride_xm", "stride_xn", "stride_ym", "BLOCK_N", "ONE_BLOCK"]
-FORCED_ONLINE = list(getattr(globals().get("_softmax_kernel"), "arg_names", ())) == SKELETON_PARAMS
+try:  # the stub of an exercise not written yet raises NotImplementedError
+    softmax(torch.randn(2, 8, device=DEVICE))
+    softmax_written = True
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    softmax_written = False
+FORCED_ONLINE = softmax_written and list(getattr(globals().get("_softmax_kernel"), "arg_names", ())) == SKELETON_PARAMS
 
 
 def softmax_online(x, block=4096):
@@ -340,11 +356,11 @@ if FORCED_ONLINE:
     x_small = 10 * torch.randn(3, 5000, device=DEVICE)
     err = rel_err(softmax_online(x_small, 1024), sm_ops.softmax_reference(x_small))
     print(f"your online loop forced on 3 x 5000 float32: relative error {err:.1e}")
-elif "_softmax_kernel" in globals():
-    print("your _softmax_kernel takes other parameters than the skeleton's: its online loop is not forced here, "
-          "your softmax is measured as launched")
+elif softmax_written:
+    print("your softmax launches no _softmax_kernel with the skeleton's parameters: its online loop is not forced "
+          "here, your softmax is measured as launched")
 else:
-    print("_softmax_kernel: not written yet (exercise 05.softmax), so the forced online loop is left out")
+    print("softmax: not written yet (exercise 05.softmax), so the forced online loop is left out")
 
 M_SM, N_SM = 32768, 4096
 x_bytes = M_SM * N_SM * 2
@@ -515,42 +531,56 @@ check("05.predict_attention_bytes", predicted_attention_bytes, criteria=["correc
 # <!-- graded: 05.flash_attention -->
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention", "locked": false, "schema_version": 3, "solution": true}
-# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
-#
-# @triton.jit
-# def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
-#                             stride_qb, stride_qh, stride_qn, stride_qd, ...,  # k, v and o strides alike
-#                             qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-#                             CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
-#     """One program computes o for BLOCK_M queries of one (batch, head), and their log-sum-exp.
-#
-#     q (B, H, N, D), k and v (B, H, N_KV, D), o (B, H, N, D): strides in elements, any layout;
-#     lse (B, H, N) float32 contiguous. qk_scale = log2(e) / sqrt(D): scores are kept in base 2."""
-#     block_m, bh = tl.program_id(0), tl.program_id(1)
-#     ...  # pointers: this head's q rows (load once), K as a (HEAD_DIM, BLOCK_N) tile, V as (BLOCK_N, HEAD_DIM)
-#     m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
-#     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-#     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-#     for start in range(0, ..., BLOCK_N):  # causal: stop at the diagonal
-#         ...  # s = tl.dot(q, k), -inf where masked; then the online step, in base 2:
-#         ...  # m_new = max(m_i, rowmax(s) * qk_scale); p = tl.math.exp2(s * qk_scale - m_new[:, None])
-#         ...  # alpha = tl.math.exp2(m_i - m_new); l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p @ v
-#     ...  # store acc / l_i[:, None] and the log-sum-exp (natural log: divide a base-2 one by log2(e))
-#
-# def flash_attention(q, k, v, causal=False):
-#     """(o, lse): o = softmax(q kᵀ / sqrt(D)) v, (B, H, N, D) in q's dtype; lse (B, H, N) float32.
-#
-#     q (B, H, N, D), k and v (B, H, N_kv, D): fp32, fp16 or bf16, any strides; D in 16...256."""
-#     B, H, N, D = q.shape
-#     o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device)
-#     lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
-#     grid = (triton.cdiv(N, BLOCK_M), B * H)
-#     ...  # launch with q, k, v, o strides and qk_scale = 1.4426950408889634 / math.sqrt(D)
-#     return o, lse
+# Helpers your kernel and launcher call (the online-softmax step as a @triton.jit function, the loop over key
+# tiles, launch settings, input checks) go here; or write everything inside the two functions below.
 ### BEGIN SOLUTION
 # include: kernels/flash_attention.py (LOG2E, _online_softmax_step, _visible, _key_ranges, _attend,
-#     _flash_attention_kernel, attention_launch_settings, _check_attention_inputs, _check_out, flash_attention)
+#     attention_launch_settings, _check_attention_inputs, _check_out)
 ### END SOLUTION
+
+
+@triton.jit
+def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, H, N, N_KV,
+                            stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
+                            stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on,
+                            qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """One program computes o for BLOCK_M queries of one (batch, head), and their log-sum-exp.
+
+    q (B, H, N, D), k and v (B, H, N_KV, D): strides in elements, any layout; o (B, H, N, D) with contiguous
+    rows (stride 1 along D); lse (B, H, N) float32 contiguous. qk_scale = log2(e) / sqrt(D): scores are kept in
+    base 2. Grid (cdiv(N, BLOCK_M), B * H)."""
+    # block_m, bh = tl.program_id(0), tl.program_id(1)
+    # ...  # pointers: this head's q rows (load once), K as a (HEAD_DIM, BLOCK_N) tile, V as (BLOCK_N, HEAD_DIM)
+    # m_i = tl.full([BLOCK_M], -float("inf"), dtype=tl.float32)
+    # l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # for start in range(0, ..., BLOCK_N):  # causal: stop at the diagonal
+    #     ...  # s = tl.dot(q, k), -inf where masked; then the online step, in base 2:
+    #     ...  # m_new = max(m_i, rowmax(s) * qk_scale); p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    #     ...  # alpha = tl.math.exp2(m_i - m_new); l_i = l_i * alpha + rowsum(p); acc = acc * alpha + p @ v
+    # ...  # store acc / l_i[:, None] and the log-sum-exp (natural log: divide a base-2 one by log2(e))
+    ### BEGIN SOLUTION
+    # include body: kernels/flash_attention.py (_flash_attention_kernel)
+    ### END SOLUTION
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    out: torch.Tensor | None = None):
+    """(o, lse): o = softmax(q kᵀ / sqrt(D)) v, (B, H, N, D) in q's dtype; lse (B, H, N) float32.
+
+    q (B, H, N, D), k and v (B, H, N_kv, D): fp32, fp16 or bf16, any strides; D in 16...256. out: None (as the
+    grader calls it), or a (B, H, N, D) tensor with contiguous rows to write o into (notebook 07's decoder can
+    then skip a copy)."""
+    # B, H, N, D = q.shape
+    # o = torch.empty((B, H, N, D), dtype=q.dtype, device=q.device) if out is None else out
+    # lse = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    # grid = (triton.cdiv(N, BLOCK_M), B * H)
+    # ...  # launch with q, k, v, o strides and qk_scale = 1.4426950408889634 / math.sqrt(D)
+    # return o, lse
+    ### BEGIN SOLUTION
+    # include body: kernels/flash_attention.py (flash_attention)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -589,18 +619,33 @@ check("05.flash_attention", flash_attention, criteria=["fusion"]).assert_passed(
 # and try 128 × 128 tiles before 128 × 64. `kernels.tma` (imported in the cell) has `descriptor`, `tma_ready`,
 # `hopper_or_newer` and `first_that_compiles`.
 #
-# Nothing grades this cell, and no test follows it: the measurement below times your version on a GPU if it
-# exists and leaves it out if not. To skip the exercise, delete the cell's `raise NotImplementedError()` line
-# so that running all cells goes on past it.
+# Nothing grades this cell, and no test follows it. The cell runs as it is handed out: until you write the
+# function, its stub raises `NotImplementedError` when called, and the measurement below leaves your version
+# out (on a GPU it times it once it is written).
 
 # %% nbgrader={"grade": false, "grade_id": "flash_attention_tma", "locked": false, "schema_version": 3, "solution": true}
-# Optional (Hopper, ungraded): flash_attention_tma(q, k, v, causal=False) -> (o, lse), as flash_attention.
+# Optional (Hopper, ungraded). Your TMA kernel, its settings and its launch go here.
 from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, tma_ready
 
 ### BEGIN SOLUTION
 # include: kernels/flash_attention.py (_attend_tma, _flash_attention_tma_kernel, ATTENTION_TMA_SETTINGS,
-#     flash_attention_tma, _launch_attention_tma)
+#     _launch_attention_tma)
 ### END SOLUTION
+
+
+def flash_attention_tma(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                        settings: tuple | None = None):
+    """(o, lse) as flash_attention returns them, with the Q, K and V tiles moved by the TMA engine on Hopper;
+    flash_attention(q, k, v, causal) itself where the engine does not apply. settings: the launch settings to
+    try in order (None: your own list)."""
+    # 1. check the inputs as flash_attention does
+    # 2. where the engine does not apply (float32, tensors not contiguous or not tma_ready, a GPU before Hopper:
+    #    hopper_or_newer(q.device)) or the sequence is shorter than about 2048, return flash_attention(...)
+    # 3. o and lse; descriptors of q, k and v seen as (B·H·N, D) matrices; launch, trying the settings in order
+    #    (first_that_compiles); return o, lse
+    ### BEGIN SOLUTION
+    # include body: kernels/flash_attention.py (flash_attention_tma)
+    ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attention-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your FlashAttention against the model
@@ -834,35 +879,48 @@ if not ON_GPU:
 # <!-- graded: 05.linear_cross_entropy -->
 
 # %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy", "locked": false, "schema_version": 3, "solution": true}
-# A skeleton to start from: uncomment it, fill it in, and delete the `raise NotImplementedError()`.
-#
-# @triton.jit
-# def _logit_tile_stats_kernel(h_ptr, w_ptr, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, M, V, K, stride_hm, stride_hk,
-#                              stride_wv, stride_wk, n_vtiles, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
-#                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
-#     """One program reduces one BLOCK_M x BLOCK_V tile of logits z = h wᵀ, never storing it.
-#
-#     h (M, K), w (V, K), any strides; t (M,) integer targets. part_m, part_s (M, n_vtiles) float32: the tile's
-#     per-row max and sum of exp(z - max); tgt (M,) float32: the target's logit."""
-#     pid_m, pid_v = grouped_tile(tl.program_id(0), M, V, BLOCK_M, BLOCK_V, GROUP_M)
-#     ...  # rm, rv; logits = tile_dot(h_ptr, w_ptr, rm, rv, ..., stride_wk, stride_wv, ...)  # w read as wᵀ
-#     ...  # per row: the tile's max and sum of exp(logit - max) -> part_m, part_s[row, pid_v];
-#     ...  # the target's logit -> tgt[row], from the one tile that holds it
-#
-# @triton.jit
-# def _combine_kernel(part_m_ptr, part_s_ptr, tgt_ptr, loss_ptr, M, n_vtiles, BLOCK_T: tl.constexpr):
-#     """One program per row: loss[row] = logsumexp over the row's n_vtiles pairs - tgt[row], float32."""
-#     ...  # one row: merge its n_vtiles (max, sum) pairs online; loss = max + log(sum) - target's logit
-#
-# def linear_cross_entropy(h, w, targets):
-#     """loss (M,) float32 = logsumexp(h wᵀ) - (h wᵀ)[target] per row, without the (M, V) logits.
-#
-#     h (M, K), w (V, K): fp32, fp16 or bf16, any strides; targets (M,) int64 or int32."""
-#     ...  # allocate loss (M,) and the partials (M, n_vtiles) in float32; launch both kernels
+# Helpers your kernels and launcher call (the tile's statistics as a @triton.jit function, launch settings,
+# input checks, the combine's launch) go here; or write everything inside the three functions below.
 ### BEGIN SOLUTION
-# include: kernels/linear_cross_entropy.py (_tile_stats, _logit_tile_stats_kernel, _combine_kernel,
-#     ce_launch_settings, _check_inputs, linear_cross_entropy, _combine)
+# include: kernels/linear_cross_entropy.py (_tile_stats, ce_launch_settings, _check_inputs, _combine)
 ### END SOLUTION
+
+
+@triton.jit
+def _logit_tile_stats_kernel(h_ptr, w_ptr, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, M, V, K, stride_hm, stride_hk,
+                             stride_wv, stride_wk, n_vtiles, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+                             BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    """One program reduces one BLOCK_M x BLOCK_V tile of logits z = h wᵀ, never storing it.
+
+    h (M, K), w (V, K), any strides; t (M,) integer targets. part_m, part_s (M, n_vtiles) float32: the tile's
+    per-row max and sum of exp(z - max); tgt (M,) float32: the target's logit."""
+    # pid_m, pid_v = grouped_tile(tl.program_id(0), M, V, BLOCK_M, BLOCK_V, GROUP_M)
+    # ...  # rm, rv; logits = tile_dot(h_ptr, w_ptr, rm, rv, ..., stride_wk, stride_wv, ...)  # w read as wᵀ
+    # ...  # per row: the tile's max and sum of exp(logit - max) -> part_m, part_s[row, pid_v];
+    # ...  # the target's logit -> tgt[row], from the one tile that holds it
+    ### BEGIN SOLUTION
+    # include body: kernels/linear_cross_entropy.py (_logit_tile_stats_kernel)
+    ### END SOLUTION
+
+
+@triton.jit
+def _combine_kernel(part_m_ptr, part_s_ptr, tgt_ptr, loss_ptr, M, n_vtiles, BLOCK_T: tl.constexpr):
+    # One row: fold its tiles' (max, sum) pairs into the log-sum-exp, online, BLOCK_T tiles at a time.
+    """One program per row: loss[row] = logsumexp over the row's n_vtiles pairs - tgt[row], float32."""
+    # ...  # merge the row's (max, sum) pairs online; loss = max + log(sum) - the target's logit
+    ### BEGIN SOLUTION
+    # include body: kernels/linear_cross_entropy.py (_combine_kernel)
+    ### END SOLUTION
+
+
+def linear_cross_entropy(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """loss (M,) float32 = logsumexp(h wᵀ) - (h wᵀ)[target] per row, without the (M, V) logits.
+
+    h (M, K), w (V, K): fp32, fp16 or bf16, any strides; targets (M,) int64 or int32."""
+    # ...  # allocate loss (M,) and the partials (M, n_vtiles) in float32; launch both kernels
+    ### BEGIN SOLUTION
+    # include body: kernels/linear_cross_entropy.py (linear_cross_entropy)
+    ### END SOLUTION
 
 # %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -890,18 +948,33 @@ check("05.linear_cross_entropy", linear_cross_entropy, criteria=["memory"]).asse
 # (imported in the cell) has `descriptor`, `tma_ready`, `hopper_or_newer`, `persistent_programs` and
 # `first_that_compiles`.
 #
-# Nothing grades this cell, and no test follows it: the measurement below times your version on a GPU if it
-# exists and leaves it out if not. To skip the exercise, delete the cell's `raise NotImplementedError()` line
-# so that running all cells goes on past it.
+# Nothing grades this cell, and no test follows it. The cell runs as it is handed out: until you write the
+# function, its stub raises `NotImplementedError` when called, and the measurement below leaves your version
+# out (on a GPU it times it once it is written).
 
 # %% nbgrader={"grade": false, "grade_id": "linear_cross_entropy_tma", "locked": false, "schema_version": 3, "solution": true}
-# Optional (Hopper, ungraded): linear_cross_entropy_tma(h, w, targets) -> loss (M,) float32.
+# Optional (Hopper, ungraded). Your persistent TMA kernel, its settings and its launch go here.
 from kernels.tma import descriptor, first_that_compiles, hopper_or_newer, persistent_programs, tma_ready
 
 ### BEGIN SOLUTION
-# include: kernels/linear_cross_entropy.py (_logit_stats_tma_kernel, CE_TMA_SETTINGS, linear_cross_entropy_tma,
-#     _launch_ce_tma)
+# include: kernels/linear_cross_entropy.py (_logit_stats_tma_kernel, CE_TMA_SETTINGS, _launch_ce_tma)
 ### END SOLUTION
+
+
+def linear_cross_entropy_tma(h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor,
+                             settings: tuple | None = None) -> torch.Tensor:
+    """loss (M,) float32 as linear_cross_entropy returns it, with the tile statistics from a persistent GEMM
+    whose h and w tiles the TMA engine moves on Hopper; linear_cross_entropy(h, w, targets) itself where the
+    engine does not apply. settings: the launch settings to try in order (None: your own list)."""
+    # 1. where the engine does not apply (float32, 256 rows or fewer, h or w not tma_ready, a GPU before
+    #    Hopper: hopper_or_newer(h.device)), return linear_cross_entropy(h, w, targets)
+    # 2. check the inputs as linear_cross_entropy does
+    # 3. the partials and the targets' logits; descriptors of h (BLOCK_M, BLOCK_K) and w (BLOCK_V, BLOCK_K);
+    #    persistent_programs(...) programs; launch, trying the settings in order (first_that_compiles)
+    # 4. the same combine as linear_cross_entropy; return the loss
+    ### BEGIN SOLUTION
+    # include body: kernels/linear_cross_entropy.py (linear_cross_entropy_tma)
+    ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused cross-entropy against the model

@@ -275,6 +275,8 @@ if not ON_GPU:
 # you leave out is left out of the comparison, with a line that says so. Nothing else in the notebook needs them.
 
 # %% nbgrader={"grade": false, "grade_id": "yours", "locked": false, "schema_version": 3, "solution": true}
+# Optional: your gemm_gelu_residual, flash_attention and linear_cross_entropy, with the kernels and helpers
+# they call, go here.
 ### BEGIN SOLUTION
 # include: kernels/gemm_epilogue.py (gelu_tanh, approx_tanh_applies, _epilogue_store, _gemm_gelu_residual_kernel,
 #     gemm_launch_settings, _check_epilogue_inputs, gemm_gelu_residual)
@@ -708,6 +710,7 @@ if ON_GPU and may_compile("the block with your rmsnorm_op"):
     dyb = torch.randn(BM, BH, device="cuda", dtype=torch.bfloat16)
     steps = {}
     try:
+        rmsnorm_op(xb.detach(), wb.detach(), 1e-5)  # eagerly first: compiled, a stub's error reads as Dynamo's
         torch._dynamo.reset()
         yours = torch.compile(block_with(rmsnorm_op), fullgraph=True)
 
