@@ -17,8 +17,9 @@ c = get_config()  # noqa: F821 (provided by nbgrader)
 c.CourseDirectory.course_id = "kernel-fusion"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "course"
-# The notebooks' text sources (NN_name.py, jupytext) stay out of the release: they hold the solutions.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "[0-9][0-9]_*.py"]
+# The notebooks' text sources (NN_name.py, jupytext) stay out of the release: they hold the solutions. So do
+# the diagrams' files (figures/): the build embeds each diagram in the notebook that shows it.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "[0-9][0-9]_*.py", "figures"]
 
 # Grade with the kernel `make lab` / `make test` register, and give a cell time for GPU benchmarks and
 # for the interpreter's slower correctness runs.

@@ -116,6 +116,16 @@ def wait_for(condition, timeout: float, what: str, every: float = 0.5):
         time.sleep(every)
 
 
+def diagrams(drv) -> dict[str, int]:
+    """{alt text: width in pixels the browser decoded} of each picture in the open notebook's markdown cells; 0
+    for one it could not draw (JupyterLab leaves an SVG cell attachment without a source, for one)."""
+    from selenium.webdriver.common.by import By
+
+    return {" ".join((img.get_attribute("alt") or "").split()): drv.execute_script("return arguments[0].naturalWidth",
+                                                                                    img)
+            for img in drv.find_elements(By.CSS_SELECTOR, ".jp-MarkdownOutput img")}
+
+
 # ------------------------------------------------------------------------------------------ a student's notebook
 _PROMPT = r"\[(\d+)\]:"
 

@@ -22,6 +22,7 @@ import pytest
 
 import browser
 import classroom
+import diagrams_shown
 from autograder import config, runtime
 from autograder.publish import build
 
@@ -126,6 +127,10 @@ def test_a_student_runs_notebook_01_and_reads_the_graders_diagnosis(tmp_path):
             drv.get(f"{base}/lab/tree/{NB}/{NB}.ipynb?token={token}")
             browser.wait_for(lambda: drv.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell"), 60,
                              "the notebook to open")
+            # The diagrams travel in the notebook (the build embeds them): each one drawn, under its alt text.
+            shown = diagrams_shown.expected(build.ROOT, NB)
+            browser.wait_for(lambda: all(browser.diagrams(drv).get(alt, 0) > 0 for alt in shown), 60,
+                             "the notebook's diagrams to show")
             sessions = browser.wait_for(lambda: browser.api(base, token, "/api/sessions"), 60, "a kernel to start")
             assert [s["kernel"]["name"] for s in sessions] == ["fusion-course"]
             # A student sees nbgrader's Validate button, not the instructor's menus and panels.

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import diagrams_shown
 import pytest
 import yaml
 
@@ -78,6 +79,7 @@ def test_site_builds_strictly(root, tmp_path):
     for nb in sorted(root.glob("course/[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
         page = site / nb.relative_to(root).with_suffix("") / "index.html"
         assert page.is_file(), f"{nb.relative_to(root)} has no page in the site"
+        assert diagrams_shown.not_shown(root, nb.stem, page.read_text()) == [], f"{nb.stem}: diagrams not shown"
     assert not (site / "hooks.py").exists()
 
 

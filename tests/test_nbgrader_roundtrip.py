@@ -13,6 +13,7 @@ import html
 import subprocess
 import sys
 
+import diagrams_shown
 import nbformat
 import pytest
 
@@ -259,3 +260,12 @@ def test_feedback_names_the_failures(graded, name):
     text = html.unescape((work / "feedback" / "carol" / name / f"{name}.html").read_text())
     for phrase in CAROL_FEEDBACK[name]:
         assert phrase in text, phrase
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_feedback_shows_every_diagram_inline_with_its_alt_text(root, graded, name):
+    # nbgrader writes the feedback page alone, without the notebook's folder: a picture must be in the page itself.
+    work, _ = graded
+    page = (work / "feedback" / "bob" / name / f"{name}.html").read_text()
+    assert diagrams_shown.expected(root, name), f"{name} shows no diagram"
+    assert diagrams_shown.not_shown(root, name, page) == []

@@ -15,12 +15,18 @@ A line of a markdown cell
     <!-- graded: 02.rmsnorm -->
 becomes the table of that exercise's criteria and their bars (autograder.publish.cards), read from its spec and
 the grading configuration, so the exercise card says what the grader does.
+
+A diagram, linked in the text source as `![alt text](figures/NAME.svg)` (the files autograder.teach.diagrams
+writes), is embedded in the notebook as a data URI with the same alt text: the picture then travels with the
+notebook, into JupyterLab, nbgrader's feedback pages (which are written without the notebook's folder) and the
+documentation site. A cell attachment would not do: JupyterLab shows no SVG attachment.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import os
 import re
 import subprocess
@@ -98,6 +104,29 @@ def expand_includes(source: str, root: Path = ROOT) -> str:
     return INCLUDE.sub(one, source)
 
 
+FIGURE = re.compile(r"!\[([^\]]*)\]\(figures/([\w.-]+\.svg)\)")
+
+
+def figure_links(markdown: str) -> list[tuple[str, str]]:
+    """(alt text on one line, file name) of each diagram a markdown text links from figures/."""
+    return [(" ".join(alt.split()), name) for alt, name in FIGURE.findall(markdown)]
+
+
+def svg_data_uri(path: Path) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def embed_figures(markdown: str, folder: Path) -> str:
+    """markdown with each `![alt](figures/NAME.svg)` made an image whose source is folder/NAME.svg itself."""
+    def embed(match: re.Match) -> str:
+        path = folder / match.group(2)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run python -m autograder.teach.diagrams")
+        return f"![{' '.join(match.group(1).split())}]({svg_data_uri(path)})"
+
+    return FIGURE.sub(embed, markdown)
+
+
 def notebook_from_source(src: Path, root: Path = ROOT):
     import jupytext
 
@@ -111,9 +140,9 @@ def notebook_from_source(src: Path, root: Path = ROOT):
         cell.source = expand_includes(cell.source, root)
         if cell.cell_type == "markdown":
             try:
-                cell.source = cards.expand_cards(cell.source)
-            except LookupError as exc:
-                raise LookupError(f"{src.name}, cell {i}: {exc}") from None
+                cell.source = embed_figures(cards.expand_cards(cell.source), src.parent / "figures")
+            except (LookupError, FileNotFoundError) as exc:
+                raise type(exc)(f"{src.name}, cell {i}: {exc}") from None
         cell.metadata.pop("lines_to_next_cell", None)  # the text source's layout, meaningless in a notebook
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
