@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernels.bench import budget, capstone, compiler, grading, headroom, peers, scale, suite, training
+from kernels.bench import budget, capstone, compiler, grading, headroom, hopper, peers, scale, suite, training
 from kernels.bench.common import RESULTS, load, versions
 
 ROOT = RESULTS.parents[2]
@@ -42,6 +42,8 @@ KINDS = (
      lambda r: grading.markdown(r).splitlines()[1:]),
     ("scale", "grade-class on one GPU and on every GPU (`python -m kernels.bench.scale`)",
      lambda r: scale.markdown(r).splitlines()[1:]),
+    ("hopper", "How far Triton gets on Hopper (`python -m kernels.bench.hopper`)",
+     lambda r: hopper.markdown(r).splitlines()[1:]),
 )
 
 
