@@ -335,3 +335,21 @@ def test_a_timed_out_criterion_is_recorded_and_the_others_still_graded(monkeypat
     assert report["correctness"].status == "failed"
     assert report["correctness"].message.startswith("timed out in correctness")
     assert report["fusion"].status == "passed", report["fusion"].message
+
+
+def test_a_stub_kernel_raising_through_the_interpreter_counts_as_not_written():
+    from autograder.measure.timing import not_written
+
+    class InterpreterError(Exception):  # what Triton's interpreter wraps a kernel's exception in
+        pass
+
+    InterpreterError.__module__ = "triton.runtime.errors"
+    try:
+        try:
+            raise NotImplementedError()
+        except NotImplementedError as inner:
+            raise InterpreterError(repr(inner)) from inner
+    except InterpreterError as wrapped:
+        assert not_written(wrapped)
+    assert not_written(InterpreterError("NotImplementedError()"))
+    assert not not_written(ValueError("a real bug")) and not not_written(InterpreterError("IndexError"))

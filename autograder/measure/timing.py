@@ -58,8 +58,17 @@ def bench_interleaved(fns: dict, rounds: int = 5, rep: int = 50) -> dict:
 
 def not_written(exc: BaseException) -> bool:
     """True for the error a notebook raises for an exercise the reader has not written yet: the release's
-    stub (NotImplementedError) or a name its exercise cell has not defined (NameError)."""
-    return isinstance(exc, (NotImplementedError, NameError))
+    stub (NotImplementedError) or a name its exercise cell has not defined (NameError), also as the cause of the
+    error Triton raises for it (the interpreter's InterpreterError; the compiler's error on a stub kernel)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (NotImplementedError, NameError)):
+            return True
+        if type(exc).__module__.startswith("triton") and "NotImplementedError" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def written_versions(versions: dict, desc: str = "trying") -> dict:
