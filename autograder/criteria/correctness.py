@@ -18,8 +18,17 @@ from autograder.criteria.cases import (
     graded_dtypes,
     secret_shapes,
 )
-from autograder.criteria.outputs import as_tuple, compare, run_case, run_watched, shares_storage
+from autograder.criteria.outputs import (
+    Answer,
+    as_tuple,
+    call_case,
+    compare,
+    judge_answer,
+    run_watched,
+    shares_storage,
+)
 from autograder.guard.watch import Guarded
+from autograder.judge.session import cases, open_session
 from autograder.progress import steps
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
@@ -90,40 +99,74 @@ def _with_specials(inputs: dict, seed: int) -> dict:
     return {**inputs, name: x}
 
 
+class Cases:
+    """Correctness's cases, in order, and its verdict: fresh random trials at the exercise's shapes, the secret
+    case at every shape (precision's included), then inputs holding NaN and infinities. Made where the verdict
+    is made: in check()'s process with the public seed, in the judge when grading is for credit."""
+
+    def __init__(self, ex: KernelExercise, cfg: GradingConfig, device: str | None = None):
+        self.ex, self.secret_seed, self.device = ex, cfg.secret_seed, device
+        trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
+        trials.append(("secret case", cfg.secret_seed))
+        self.todo = [(label, seed, shape, dtype) for label, seed in trials
+                     for shape in (secret_shapes(ex) if label == "secret case" else ex.shapes)
+                     for dtype in graded_dtypes()]
+        self.total = len(self.todo) + 1  # the probe for cached results is the first case
+        shape = ex.shapes[min(2, len(ex.shapes) - 1)]
+        self.specials = [(shape, dtype) for dtype in (torch.float32, torch.float16)] if ex.special_values else []
+        self.failures, self.n_cases, self.pending = [], 1, None
+
+    def next_case(self) -> dict | None:
+        """The inputs of the next case, or None when grading is done (every case, or enough failures)."""
+        if len(self.failures) >= 3 * MAX_LISTED:
+            return None  # enough evidence; the message says how many cases ran
+        if self.todo:
+            label, seed, shape, dtype = self.todo.pop(0)
+            inputs = case_inputs(self.ex, shape, dtype, case_seed(seed, shape, dtype), self.device)
+            where = f"shape {shape}, {dtype_name(dtype)}, {label}" + (f" (seed {seed})" if label != "secret case" else "")
+        elif self.specials and not self.failures:
+            shape, dtype = self.specials.pop(0)
+            drawn = case_inputs(self.ex, shape, dtype, case_seed(self.secret_seed, "specials", dtype), self.device)
+            inputs, where = _with_specials(drawn, 7), f"shape {shape}, {dtype_name(dtype)}, inputs holding NaN/+Inf/-Inf"
+        else:
+            return None
+        self.n_cases += 1
+        self.pending = (where, inputs, dtype)
+        return inputs
+
+    def answer(self, answer: Answer) -> None:
+        if self.pending is None:
+            raise ValueError("an answer to no case: ask for the next case first")
+        (where, inputs, dtype), self.pending = self.pending, None
+        problems = judge_answer(self.ex, inputs, dtype, answer)
+        if problems:
+            self.failures.append(f"{where}: " + "; ".join(problems))
+
+    def verdict(self) -> CriterionResult:
+        figures = {"cases": self.n_cases, "failed": len(self.failures),
+                   "dtypes": ", ".join(map(dtype_name, graded_dtypes()))}
+        unfinished = self.pending is not None or (len(self.failures) < 3 * MAX_LISTED and (
+            self.todo or (self.specials and not self.failures)))
+        if unfinished:
+            return CriterionResult("correctness", FAILED, f"grading stopped after {self.n_cases} of {self.total} "
+                                   "cases: every case must be answered", figures)
+        if self.failures:
+            listed = "\n".join(self.failures[:MAX_LISTED])
+            n = len(self.failures)
+            more = f"\n... and {n - MAX_LISTED} more failing case(s)" if n > MAX_LISTED else ""
+            ran = f"{self.n_cases} cases" if self.n_cases >= self.total else \
+                f"the first {self.n_cases} of {self.total} cases (stopped early)"
+            return CriterionResult("correctness", FAILED, f"{n} of {ran} failed:\n{listed}{more}", figures)
+        note = "" if runtime.has_gpu() else " (bf16 is graded on a GPU only)"
+        return CriterionResult("correctness", PASSED, f"all {self.n_cases} cases match the reference{note}", figures)
+
+
 def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    session = open_session(ex, "correctness", cfg, Cases)
     # First, whether fn computes at all: a cached result would make every case below misleading.
     cached = _cache_probe(ex, fn, cfg.secret_seed)
     if cached:
-        return CriterionResult("correctness", FAILED, cached, {"cases": 1, "failed": 1})
-    trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
-    trials.append(("secret case", cfg.secret_seed))
-    failures, n_cases = [], 1  # the probe for cached results, above, is the first case
-    cases = []
-    for label, seed in trials:
-        shapes = secret_shapes(ex) if label == "secret case" else ex.shapes
-        cases += [(label, seed, shape, dtype) for shape in shapes for dtype in graded_dtypes()]
-    for label, seed, shape, dtype in steps(cases, f"{ex.id} correctness"):
-        if len(failures) >= 3 * MAX_LISTED:
-            break  # enough evidence; the message says how many cases ran
-        n_cases += 1
-        problems = run_case(ex, fn, case_inputs(ex, shape, dtype, case_seed(seed, shape, dtype)), dtype)
-        if problems:
-            where = f"shape {shape}, {dtype_name(dtype)}, {label}" + (f" (seed {seed})" if label != "secret case" else "")
-            failures.append(f"{where}: " + "; ".join(problems))
-    if ex.special_values and not failures:
-        for dtype in (torch.float32, torch.float16):
-            n_cases += 1
-            shape = ex.shapes[min(2, len(ex.shapes) - 1)]
-            inputs = _with_specials(case_inputs(ex, shape, dtype, case_seed(cfg.secret_seed, "specials", dtype)), 7)
-            problems = run_case(ex, fn, inputs, dtype)
-            if problems:
-                failures.append(f"shape {shape}, {dtype_name(dtype)}, inputs holding NaN/+Inf/-Inf: " + "; ".join(problems))
-    figures = {"cases": n_cases, "failed": len(failures), "dtypes": ", ".join(map(dtype_name, graded_dtypes()))}
-    if failures:
-        listed = "\n".join(failures[:MAX_LISTED])
-        more = f"\n... and {len(failures) - MAX_LISTED} more failing case(s)" if len(failures) > MAX_LISTED else ""
-        total = len(cases) + 1
-        ran = f"{n_cases} cases" if n_cases >= total else f"the first {n_cases} of {total} cases (stopped early)"
-        return CriterionResult("correctness", FAILED, f"{len(failures)} of {ran} failed:\n{listed}{more}", figures)
-    note = "" if runtime.has_gpu() else " (bf16 is graded on a GPU only)"
-    return CriterionResult("correctness", PASSED, f"all {n_cases} cases match the reference{note}", figures)
+        return session.fail(CriterionResult("correctness", FAILED, cached, {"cases": 1, "failed": 1}))
+    for inputs in steps(cases(session), f"{ex.id} correctness"):
+        session.answer(call_case(ex, fn, inputs))
+    return session.verdict()

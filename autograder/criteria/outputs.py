@@ -3,6 +3,7 @@ the float64 reference, and the named diagnoses of typical bugs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -150,17 +151,27 @@ def tolerance(ex: KernelExercise, inputs: dict, dtype) -> tuple[float, float]:
     return atol, rtol
 
 
-def check_output(ex, index, out, ref, input_dtype, watch, tol) -> str | None:
-    name = ex.output_names[index]
-    label = f"{name}: " if len(ex.output_names) > 1 else ""
+def form_problem(ex: KernelExercise, index: int, out: torch.Tensor, ref: torch.Tensor, input_dtype) -> str | None:
+    """A wrong shape or dtype of output number index, in words, or None."""
+    label = f"{ex.output_names[index]}: " if len(ex.output_names) > 1 else ""
     dtype = ex.out_dtype(input_dtype, index)
     if tuple(out.shape) != tuple(ref.shape):
         return f"{label}output has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != dtype:
         return f"{label}output dtype is {dtype_name(out.dtype)}, expected {dtype_name(dtype)}"
-    if out.device.type != torch.device(runtime.device()).type:
-        return f"{label}output is on {out.device}, expected {runtime.device()}"
-    if watch.owner(out) is not None:
+    return None
+
+
+def check_output(ex, index, out, ref, input_dtype, fresh: bool, tol) -> str | None:
+    """What is wrong with one output (its shape, dtype, unwritten elements, values), or None. fresh: the output was
+    allocated during the call, so the grader filled it with poison first (an element still holding it was never
+    written)."""
+    form = form_problem(ex, index, out, ref, input_dtype)
+    if form:
+        return form
+    label = f"{ex.output_names[index]}: " if len(ex.output_names) > 1 else ""
+    dtype = ex.out_dtype(input_dtype, index)
+    if fresh:
         pv = poison_value(dtype)
         unwritten = (out == pv) & (ref.to(dtype) != pv)
         n = int(unwritten.sum())
@@ -200,30 +211,64 @@ def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
     return run_watched(ex, fn, inputs, dtype)[1]
 
 
-def run_watched(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = None):
-    """(outputs or None, problems) of one guarded call, checked against the reference."""
-    refs = as_tuple(ex.reference(**inputs))
+@dataclasses.dataclass
+class Answer:
+    """What one call on a case's inputs gave, seen from the process that made it: the outputs (None when there is
+    nothing to judge: the call raised or returned the wrong kind of thing), whether each was allocated during the
+    call (and poisoned), the problems found there before the values are judged, and one found after (the result
+    was not computed by a Triton kernel), listed last."""
+
+    outs: tuple | None
+    fresh: list[bool]
+    problems: list[str]
+    late: str | None = None
+
+
+def call_case(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = None) -> Answer:
+    """The student's side of a case: one guarded call, and what can be told without the reference (the call's
+    errors, out-of-bounds writes, modified inputs, the kind, count, device and autograd state of the outputs,
+    and whether a Triton kernel computed them)."""
     out, watch, problems = guarded_call(ex, fn, inputs, guarded)
     if out is None and problems:  # it raised
-        return None, problems
-    outs = as_outputs(out, len(refs))
+        return Answer(None, [], problems)
+    n = len(ex.output_names)
+    outs = as_outputs(out, n)
     if outs is None:
-        return None, problems + [output_problem(ex, out, refs, inputs, dtype)]
-    form = output_problem(ex, out, refs, inputs, dtype)
-    if form and "requires grad" in form:  # shape, dtype and device are checked per output below
-        problems.append(form)
-    mismatched = False
-    for i, (o, r) in enumerate(zip(outs, refs)):
-        msg = check_output(ex, i, o, r, dtype, watch, tolerance(ex, inputs, dtype))
-        if msg:
-            problems.append(msg)
-            mismatched = mismatched or "differ from the reference" in msg
-    if mismatched and ex.diagnoses:
-        hint = diagnose_outputs(ex, outs, inputs)
-        if hint:
-            problems.append(hint)
-    not_computed = not_by_a_kernel(ex, watch, outs)
-    return outs, problems + ([not_computed] if not_computed else [])
+        return Answer(None, [], problems + [output_problem(ex, out, (None,) * n, inputs, None)])
+    device = torch.device(runtime.device()).type
+    for i, o in enumerate(outs):
+        label = f"{ex.output_names[i]}: " if n > 1 else ""
+        if o.device.type != device:
+            return Answer(None, [], problems + [f"{label}output is on {o.device}, expected {runtime.device()}"])
+        if o.requires_grad:
+            problems.append(f"{label}output requires grad: the grader takes a plain tensor (compute it under "
+                            "torch.no_grad(), or wrap the kernel in a torch.autograd.Function)")
+    return Answer(outs, [watch.owner(o) is not None for o in outs], problems, not_by_a_kernel(ex, watch, outs))
+
+
+def judge_answer(ex: KernelExercise, inputs: dict, dtype, answer: Answer) -> list[str]:
+    """Every problem of one case: those found where the call ran, and the outputs against the float64 reference
+    within the exercise's tolerance (with the named diagnosis of a known wrong formula)."""
+    problems = list(answer.problems)
+    if answer.outs is not None:
+        refs = as_tuple(ex.reference(**inputs))
+        mismatched = False
+        for i, (o, r) in enumerate(zip(answer.outs, refs)):
+            msg = check_output(ex, i, o, r, dtype, answer.fresh[i], tolerance(ex, inputs, dtype))
+            if msg:
+                problems.append(msg)
+                mismatched = mismatched or "differ from the reference" in msg
+        if mismatched and ex.diagnoses:
+            hint = diagnose_outputs(ex, answer.outs, inputs)
+            if hint:
+                problems.append(hint)
+    return problems + ([answer.late] if answer.late else [])
+
+
+def run_watched(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | None = None):
+    """(outputs or None, problems) of one guarded call, checked against the reference."""
+    answer = call_case(ex, fn, inputs, guarded)
+    return answer.outs, judge_answer(ex, inputs, dtype, answer)
 
 
 def not_by_a_kernel(ex: KernelExercise, watch: Watch, outs) -> str | None:

@@ -10,14 +10,14 @@ import torch
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_inputs, case_seed, dtype_name, graded_dtypes, precision_shapes
 from autograder.criteria.outputs import (
-    as_outputs,
+    Answer,
     as_tuple,
+    call_case,
     diagnose_outputs,
-    guarded_call,
-    not_by_a_kernel,
-    output_problem,
+    form_problem,
     relative_error,
 )
+from autograder.judge.session import cases, open_session
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
 
@@ -47,62 +47,101 @@ def precision_bound(ex: KernelExercise, inputs: dict, refs: tuple, dtype) -> tup
     return bound, ideal, rounded_to, floor_note
 
 
-def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    figures, failures, hint = {}, [], None
-    shapes = precision_shapes(ex)
-    for dtype in graded_dtypes():
-        name = dtype_name(dtype)
-        errs, excess, ratios = [], [], []
-        for shape in shapes:
-            # The secret case's inputs at this shape (correctness grades them too): the same draw, the same seed.
-            inputs = case_inputs(ex, shape, dtype, case_seed(cfg.secret_seed, shape, dtype))
-            refs = as_tuple(ex.reference(**inputs))
-            out, watch, problems = guarded_call(ex, fn, inputs)
-            if problems:
-                return CriterionResult("precision", FAILED, "; ".join(problems), figures)
-            form = output_problem(ex, out, refs, inputs, dtype)
-            if form:
-                return CriterionResult("precision", FAILED, form, figures)
-            outs = as_outputs(out, len(refs))
-            not_computed = not_by_a_kernel(ex, watch, outs)
-            if not_computed:
-                return CriterionResult("precision", FAILED, not_computed, figures)
-            err = max(relative_error(o, r) for o, r in zip(outs, refs))
-            bound, ideal, rounded_to, floor_note = precision_bound(ex, inputs, refs, dtype)
-            errs.append(err)
-            excess.append(max(err - ideal, 0.0))  # what the kernel adds to the output's own rounding
-            ratios.append(err / bound if bound > 0 else math.inf)
-            key = name if len(shapes) == 1 else f"{name}@{shape.dims[ex.reduced_axis]}"
-            figures[f"rel_err_{key}"] = err
-            figures[f"bound_{key}"] = bound
-            if not math.isfinite(err):
-                failures.append(
-                    f"{name}, shape {shape}: the output holds inf or NaN where the exact result is finite: an "
-                    f"intermediate left {name}'s range ({torch.finfo(dtype).max:.6g} at most); keep sums and products "
-                    "in float32"
-                )
-            elif not err <= bound:  # NaN fails too
-                hint = hint or (diagnose_outputs(ex, outs, inputs) if ex.diagnoses else None)
-                failures.append(
-                    f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
-                    f"(rounding the exact result to {rounded_to} alone costs {ideal:.3g}{floor_note})"
-                )
-        if len(shapes) > 1:
-            lengths = [s.dims[ex.reduced_axis] for s in shapes]
-            p = _slope(lengths, excess)
-            figures[f"growth_exponent_{name}"] = p
-            if any(r > 1 for r in ratios) and p > 0.25:
-                failures.append(
-                    f"{name}: the error grows like {ex.reduced_dim}^{p:.2f} with the reduced length (from "
+class Cases:
+    """Precision's cases (the secret case's inputs at every precision shape, per graded dtype) and its verdict: the
+    error of each against its bound, and how the error grows with the reduced length. Made where the verdict is
+    made: in check()'s process with the public seed, in the judge when grading is for credit."""
+
+    def __init__(self, ex: KernelExercise, cfg: GradingConfig, device: str | None = None):
+        self.ex, self.seed, self.device = ex, cfg.secret_seed, device
+        self.shapes = precision_shapes(ex)
+        self.todo = [(dtype, shape) for dtype in graded_dtypes() for shape in self.shapes]
+        self.measured: dict = {}  # dtype -> [(shape, err, bound, ideal)]
+        self.figures, self.failures, self.hint, self.stopped, self.pending = {}, {}, None, None, None
+
+    def next_case(self) -> dict | None:
+        if self.stopped is not None or not self.todo:
+            return None
+        dtype, shape = self.todo.pop(0)
+        # The secret case's inputs at this shape (correctness grades them too): the same draw, the same seed.
+        inputs = case_inputs(self.ex, shape, dtype, case_seed(self.seed, shape, dtype), self.device)
+        self.pending = (dtype, shape, inputs)
+        return inputs
+
+    def answer(self, answer: Answer) -> None:
+        if self.pending is None:
+            raise ValueError("an answer to no case: ask for the next case first")
+        (dtype, shape, inputs), self.pending = self.pending, None
+        ex, name = self.ex, dtype_name(dtype)
+        if answer.outs is None or answer.problems:
+            self.stopped = "; ".join(answer.problems)
+            return
+        refs = as_tuple(ex.reference(**inputs))
+        form = next((p for p in (form_problem(ex, i, o, r, dtype) for i, (o, r) in enumerate(zip(answer.outs, refs)))
+                     if p), None) or answer.late
+        if form:
+            self.stopped = form
+            return
+        err = max(relative_error(o, r) for o, r in zip(answer.outs, refs))
+        bound, ideal, rounded_to, floor_note = precision_bound(ex, inputs, refs, dtype)
+        self.measured.setdefault(dtype, []).append((shape, err, bound, ideal))
+        key = name if len(self.shapes) == 1 else f"{name}@{shape.dims[ex.reduced_axis]}"
+        self.figures[f"rel_err_{key}"] = err
+        self.figures[f"bound_{key}"] = bound
+        found = self.failures.setdefault(dtype, [])
+        if not math.isfinite(err):
+            found.append(
+                f"{name}, shape {shape}: the output holds inf or NaN where the exact result is finite: an "
+                f"intermediate left {name}'s range ({torch.finfo(dtype).max:.6g} at most); keep sums and products "
+                "in float32"
+            )
+        elif not err <= bound:  # NaN fails too
+            self.hint = self.hint or (diagnose_outputs(ex, answer.outs, inputs) if ex.diagnoses else None)
+            found.append(
+                f"{name}, shape {shape}: ||out - ref|| / ||ref|| = {err:.3g}, above the bound {bound:.3g} "
+                f"(rounding the exact result to {rounded_to} alone costs {ideal:.3g}{floor_note})"
+            )
+
+    def _growth(self, dtype) -> str | None:
+        """The failure when the error grows with the reduced length (low-precision accumulation), else None."""
+        ex, name, measured = self.ex, dtype_name(dtype), self.measured.get(dtype, [])
+        if len(self.shapes) < 2 or len(measured) < 2:
+            return None
+        lengths = [s.dims[ex.reduced_axis] for s, _, _, _ in measured]
+        errs = [e for _, e, _, _ in measured]
+        p = _slope(lengths, [max(e - ideal, 0.0) for _, e, _, ideal in measured])  # what the kernel adds
+        self.figures[f"growth_exponent_{name}"] = p
+        if any(e / b > 1 if b > 0 else True for _, e, b, _ in measured) and p > 0.25:
+            return (f"{name}: the error grows like {ex.reduced_dim}^{p:.2f} with the reduced length (from "
                     f"{errs[0]:.2g} at {ex.reduced_dim}={lengths[0]} to {errs[-1]:.2g} at {ex.reduced_dim}={lengths[-1]}): "
-                    "the signature of accumulating in low precision. Keep the running sums in float32."
-                )
-    if failures:
-        # A recognised wrong formula explains the error better than the generic advice on accumulators.
-        note = f"\n{hint}" if hint else (f"\n{ex.precision_note}" if ex.precision_note else "")
-        return CriterionResult("precision", FAILED, "\n".join(failures) + note, figures)
-    worst = max(v / figures["bound_" + k[len("rel_err_"):]] for k, v in figures.items() if k.startswith("rel_err_"))
-    return CriterionResult(
-        "precision", PASSED, f"relative error within bounds for every dtype and size (worst at {worst:.2f} of its bound)",
-        figures,
-    )
+                    "the signature of accumulating in low precision. Keep the running sums in float32.")
+        return None
+
+    def verdict(self) -> CriterionResult:
+        if self.stopped is not None:
+            return CriterionResult("precision", FAILED, self.stopped, self.figures)
+        if self.todo or self.pending is not None:
+            return CriterionResult("precision", FAILED, "grading stopped before every case was answered", self.figures)
+        failures = []
+        for dtype in graded_dtypes():
+            failures += self.failures.get(dtype, [])
+            growth = self._growth(dtype)
+            if growth:
+                failures.append(growth)
+        if failures:
+            # A recognised wrong formula explains the error better than the generic advice on accumulators.
+            note = f"\n{self.hint}" if self.hint else (f"\n{self.ex.precision_note}" if self.ex.precision_note else "")
+            return CriterionResult("precision", FAILED, "\n".join(failures) + note, self.figures)
+        figures = self.figures
+        worst = max(v / figures["bound_" + k[len("rel_err_"):]] for k, v in figures.items() if k.startswith("rel_err_"))
+        return CriterionResult(
+            "precision", PASSED,
+            f"relative error within bounds for every dtype and size (worst at {worst:.2f} of its bound)", figures,
+        )
+
+
+def precision(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
+    session = open_session(ex, "precision", cfg, Cases)
+    for inputs in cases(session):
+        session.answer(call_case(ex, fn, inputs))
+    return session.verdict()

@@ -110,7 +110,10 @@ _VOLATILE = {("autograder.runtime", "_announced"), ("autograder.guard.integrity"
              ("autograder.guard.memcheck", "_extents"),  # the guard-padded tensors alive now, added and freed
              # the tokenised text, kept after its first use; the training criterion draws yours and eager's
              # batches from it alike, so what it holds cannot favour a submission
-             ("autograder.specs.text_corpus", "_CACHE")}
+             ("autograder.specs.text_corpus", "_CACHE"),
+             # the connection to the judge: opened at the first judged criterion, opened again after a time limit
+             # cut a request short; what it is told counts only in the judge's own record
+             ("autograder.judge.session", "_connection")}
 
 
 def _copy(value):
