@@ -59,7 +59,7 @@ def test_a_students_caches_are_its_own_folders(tmp_path, root):
 
     work = tmp_path / "work"
     work.mkdir()
-    env = child_env(work, root / "grading.toml")
+    env = child_env(work)
     for var, name in compile_cache.COMPILE_CACHES.items():
         assert env[var] == str(work / ".private" / name)
         assert not env[var].startswith(str(compile_cache.cache_dir()))

@@ -215,9 +215,7 @@ def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):
 
     from autograder.classroom import process as gc
 
-    grading = tmp_path / "grading.toml"
-    grading.write_text("")
-    env = gc.child_env(tmp_path, grading)
+    env = gc.child_env(tmp_path)
     private = env["MPLCONFIGDIR"]
     assert private.startswith(str(tmp_path))
     ours = sorted(p.name for p in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))

@@ -235,3 +235,26 @@ def test_a_pass_the_judge_did_not_make_is_overruled():
     assert [r.status for r in report.results] == [PASSED, FAILED, PASSED, FAILED]
     assert "the judge failed this criterion" in report["precision"].message
     assert "the judge made no verdict on this criterion" in report["performance"].message
+
+
+def test_a_graded_cell_that_passed_without_the_judge_scores_nothing():
+    nbformat = pytest.importorskip("nbformat")
+    utils = pytest.importorskip("nbgrader.utils")
+    from autograder.classroom.gradebook import judge_disagrees
+
+    def graded(criterion):
+        cell = nbformat.v4.new_code_cell(f'check("01.fused_chain", fused_chain).assert_passed("{criterion}")')
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "points": 2,
+                                     "grade_id": f"test_fused_chain_{criterion}", "schema_version": 3}
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                               text=f"01.fused_chain {criterion}: PASS - all cases match\n")]
+        return cell
+
+    nb = nbformat.v4.new_notebook(cells=[graded(c) for c in ("correctness", "precision", "fusion")])
+    verdicts = [{"exercise": "01.fused_chain", "criterion": "correctness", "status": PASSED}]
+    flags = judge_disagrees(nb, verdicts)
+    assert flags == ["cell test_fused_chain_precision passed, but the judge made no verdict on 01.fused_chain "
+                     "precision: scored 0"]
+    scores = [utils.determine_grade(cell)[0] for cell in nb.cells]
+    assert scores == [2, 0, 2]  # fusion is counted in the notebook's process: no verdict of the judge's to need
+    assert nb.cells[1].outputs[-1]["ename"] == "NoJudgeVerdict"

@@ -7,11 +7,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from autograder import config
 from autograder.guard import sandbox
 
 
@@ -155,6 +157,44 @@ print(json.dumps({"me": os.getpid(), "pids": sorted(int(p) for p in os.listdir("
     out = inside(bwrap, tmp_path, code)
     assert os.getpid() not in out["pids"] and os.getppid() not in out["pids"]
     assert len(out["pids"]) <= 3 and out["me"] <= 3, out  # bwrap's init, this Python (and a shell, on some bwraps)
+
+
+def test_the_judge_is_reached_and_the_course_settings_are_not(bwrap, tmp_path):
+    """A student's process reaches the judge through the socket in its workspace, while the course's grading file
+    and secret seed, readable elsewhere on the machine, cannot be read inside (bwrap's /dev/null over them is
+    refused, or reads empty)."""
+    from autograder.judge.launch import JudgeProcess
+
+    if not os.access("/var/tmp", os.W_OK):
+        pytest.skip("needs a writable folder outside /tmp (the sandbox's own /tmp hides everything under it)")
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as course:
+        grading = Path(course) / "grading.toml"
+        grading.write_text("trials = 2\n")
+        secret = config.secret_file(grading)
+        secret.write_text("secret_seed = 97531\n")
+        code = f"""
+import json
+from autograder.judge import session
+
+
+def read(path):
+    try:
+        return open(path).read()
+    except OSError as exc:
+        return type(exc).__name__
+
+
+out = {{"trials": session.settings()["trials"], "grading": read({str(grading)!r}), "secret": read({str(secret)!r})}}
+print(json.dumps(out))
+"""
+        with JudgeProcess(tmp_path / ".judge.sock", grading) as judge:
+            cmd = sandbox.command([sys.executable, "-c", code], tmp_path, bwrap, conceal=[grading, secret])
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                                  check=False, env=judge.student_env(dict(os.environ)))
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["trials"] == 2, out  # from the judge, which read the file
+        assert out["grading"] in ("", "PermissionError") and out["secret"] in ("", "PermissionError"), out
 
 
 def test_torch_imports_and_runs_without_a_gpu(bwrap, tmp_path):

@@ -28,7 +28,9 @@ FIELDS = ["student_id", "assignment", "status", "score", "max_score", "reason", 
 RESULTS = "grading"  # grade-class's results at the course root, ignored by git: CSV, reports, leaderboard, logs
 
 
-CONFIG_FILES = ("nbgrader_config.py", "grading.toml")  # copied into each workspace (what the config reads)
+# Copied into each workspace. Not grading.toml: its settings (the bars it overrides) stay with the judge, and the
+# student's process gets the package's public defaults.
+CONFIG_FILES = ("nbgrader_config.py",)
 
 
 class Course:

@@ -115,7 +115,8 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     os.environ[leaderboard.RECORD_ENV] = "1"  # each student's check() keeps its performance figures for the leaderboard
     try:
         with tempfile.TemporaryDirectory(prefix="grade-class-", dir=shared) as tmp:
-            # The settings each student's process gets: grading.toml with the course's secret seed folded in.
+            # The settings each student's judge reads (never the student's process): grading.toml with the course's
+            # secret seed folded in, in the folder the sandbox hides.
             grading_file = Path(tmp) / "grading.toml"
             grading_file.write_text(config_mod.dumps(cfg))
             if slots is not None:  # before the footprint's record: this machine's cache is written now or never

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder.guard.scan import scan_notebook
+from autograder.judge.launch import judge_said, judged_pair, read_verdicts
+from autograder.report import PASSED, SKIPPED
 
 if TYPE_CHECKING:
     from autograder.classroom.course import Course
@@ -45,6 +47,33 @@ def missing_verdicts(nb) -> list[str]:
             cell.outputs.append(NotebookNode(output_type="error", ename="NoVerdict", evalue=text,
                                              traceback=[f"NoVerdict: {text}"]))
     return missing
+
+
+def judge_disagrees(nb, verdicts: list[dict]) -> list[str]:
+    """Graded cells of a criterion the judge decides (correctness, precision, performance of a kernel exercise)
+    that scored without the judge passing it; each gets an error output (0 points). The cell's pass came from the
+    student's process, the verdict from the judge: they disagree only where that process was made to lie."""
+    from nbformat import NotebookNode
+    from nbgrader.utils import determine_grade, is_grade, is_solution
+
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not is_grade(cell) or is_solution(cell):
+            continue
+        call = VERDICT_CALL.search(cell.source)
+        if call is None or not determine_grade(cell)[0] or not judged_pair(call.group(1), call.group(2)):
+            continue
+        said = judge_said(verdicts, call.group(1), call.group(2))
+        if said in (PASSED, SKIPPED):
+            continue
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        found.append(f"cell {grade_id} passed, but the judge {'failed' if said else 'made no verdict on'} "
+                     f"{call.group(1)} {call.group(2)}: scored 0")
+        text = (f"the judge {'failed' if said else 'made no verdict on'} {call.group(1)} {call.group(2)}, so this "
+                "cell's pass did not come from the grader: no points")
+        cell.outputs.append(NotebookNode(output_type="error", ename="NoJudgeVerdict", evalue=text,
+                                         traceback=[f"NoJudgeVerdict: {text}"]))
+    return found
 
 
 def unmeasured(nb) -> list[str]:
@@ -134,7 +163,8 @@ def save_grades(course: Course, work: Path, assignment: str, student: str, db_ur
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     expected = _open_submission(course, assignment, student, db_url)
-    missing, not_measured = [], []
+    missing, not_measured, overruled = [], [], []
+    verdicts = read_verdicts(work) or []
     for name in expected:
         path = produced / f"{name}.ipynb"
         if not path.exists():  # not submitted: nbgrader scores it 0
@@ -142,11 +172,12 @@ def save_grades(course: Course, work: Path, assignment: str, student: str, db_ur
             continue
         nb = nbformat.read(path, as_version=4)
         missing += missing_verdicts(nb)
+        overruled += judge_disagrees(nb, verdicts)
         not_measured += unmeasured(nb)
         _save(course, nb, name, assignment, student, db_url, dest)
     if (produced / "timestamp.txt").exists():
         shutil.copy(produced / "timestamp.txt", dest / "timestamp.txt")
-    flags = [f"cell {gid} passed without the grader's verdict in its output: scored 0" for gid in missing]
+    flags = [f"cell {gid} passed without the grader's verdict in its output: scored 0" for gid in missing] + overruled
     return flags, not_measured
 
 

@@ -12,12 +12,16 @@ import sys
 import threading
 from pathlib import Path
 
-from autograder import runtime
-from autograder.classroom import compile_cache
+from autograder import config, runtime
+from autograder.classroom import compile_cache, leaderboard
 from autograder.classroom.course import CRASHED, GRADED, NOT_RUN, TIMED_OUT
 from autograder.config import ENV_VAR
 from autograder.guard import procs, sandbox
+from autograder.judge.launch import VERDICTS_NAME, JudgeProcess
+from autograder.judge.session import JudgeError
 from autograder.publish.build import tool_env
+
+JUDGE_SOCKET = ".judge.sock"  # in the workspace: the one folder the sandbox shares with the class run
 
 
 def why_it_failed(output: str) -> str:
@@ -30,12 +34,12 @@ def why_it_failed(output: str) -> str:
     return "nbgrader did not grade it: " + (lines[-1][-300:] if lines else "no output")
 
 
-def child_env(work: Path, grading_file: Path) -> dict:
-    """nbgrader's environment, with every cache and runtime folder the notebook could use kept private, and
-    the grading settings a private copy (the course folder's path is nobody's business)."""
+def child_env(work: Path) -> dict:
+    """nbgrader's environment, with every cache and runtime folder the notebook could use kept private. No grading
+    settings: the judge holds them (its socket is added by grade_one)."""
     env = tool_env()
-    shutil.copy(grading_file, work / ".grading.toml")
-    env[ENV_VAR] = str(work / ".grading.toml")
+    env.pop(ENV_VAR, None)
+    env.pop(leaderboard.RECORD_ENV, None)  # the judge keeps the performance figures (save_judged writes them)
     env[runtime.SMALL_DEMOS_ENV] = "1"  # nobody reads the demonstrations' plots in a class run
     private = {**compile_cache.COMPILE_CACHES, "IPYTHONDIR": "ipython", "JUPYTER_RUNTIME_DIR": "jupyter-runtime",
                "MPLCONFIGDIR": "matplotlib"}
@@ -100,12 +104,43 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
         return NOT_RUN, f"{exc}; the next run tries again"
     cmd = [sys.executable, "-m", "autograder.classroom.student", str(work), assignment, student]
     if plan.use:
-        cmd = sandbox.command(cmd, work, plan.bwrap, hide=[work.parent])
+        cmd = sandbox.command(cmd, work, plan.bwrap, hide=[work.parent],
+                              conceal=[grading_file, config.secret_file(grading_file)])
     running = running or Running()
-    env = child_env(work, grading_file)
+    env = child_env(work)
     env.update(extra_env or {})
     if env.get("CUDA_VISIBLE_DEVICES") not in ("", "-1"):
         compile_cache.seed(work / ".private")  # what the grader compiles of its own, compiled once on this machine
+    judge = JudgeProcess(work / JUDGE_SOCKET, grading_file, env)
+    with running.lock:  # the judge is no leftover of another student's
+        pid = judge.start()
+        running.add(pid)
+    try:
+        judge.ready()
+        status, reason = _graded(work, cmd, judge.student_env(env), timeout, running, plan,
+                                 work / "autograded" / student / assignment)
+        verdicts = judge.close()
+    except JudgeError as exc:
+        return NOT_RUN, f"{exc}; the next run tries again"
+    finally:
+        judge.stop()
+        running.discard(pid)
+    save_judged(work, verdicts)
+    return status, reason
+
+
+def save_judged(work: Path, verdicts: list[dict]) -> None:
+    """The judge's record, into the workspace once nothing of the student's runs: its verdicts (gradebook.py
+    checks the graded cells against them) and its performance figures (the leaderboard's)."""
+    (work / VERDICTS_NAME).write_text(json.dumps({"verdicts": verdicts}))
+    lines = [{"exercise": v["exercise"], "status": v["status"], "fraction": leaderboard.fraction_of(v["figures"])}
+             for v in verdicts if v.get("criterion") == "performance" and "figures" in v]
+    (work / leaderboard.FIGURES_NAME).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _graded(work: Path, cmd: list[str], env: dict, timeout: float, running: Running, plan,
+            produced: Path) -> tuple[str, str]:
+    """Run the student's grading process to its end (or its time limit); its status and reason."""
     with running.lock:  # no other thread ends "leftovers" between the start and the record of this process
         before = procs.children()
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -134,7 +169,7 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
         result = json.loads(lines[-1]) if lines else {}
     except ValueError:
         result = {}
-    graded = list((work / "autograded" / student / assignment).glob("*.ipynb"))
+    graded = list(produced.glob("*.ipynb"))
     if proc.returncode == 0 and result.get("success") and graded:
         return GRADED, ""
     if result.get("reason"):

@@ -95,13 +95,15 @@ def _needed() -> list[Path]:
     return sorted({p.resolve() for p in found}, key=lambda p: len(p.parts))
 
 
-def command(cmd: list[str], workspace: Path, bwrap: str = "bwrap", hide=()) -> list[str]:
+def command(cmd: list[str], workspace: Path, bwrap: str = "bwrap", hide=(), conceal=()) -> list[str]:
     """The bwrap command line that runs cmd in the sandbox, writable only in workspace (also its working folder).
 
     hide: folders to cover with an empty one (the class run's folder of workspaces: another student's, graded at
     the same time, is no business of this one); a folder holding the home folder or the interpreter is never
     hidden. What the grading reads (_needed) and an empty /tmp or a hidden folder would cover is bound back,
-    read-only (a checkout or a virtual environment under /tmp, say)."""
+    read-only (a checkout or a virtual environment under /tmp, say). conceal: files covered with /dev/null inside, which
+    opening is refused (bwrap mounts it without devices) or reads as empty: the course's grading settings and
+    secret seed, which only the judge reads."""
     work = Path(workspace).resolve()
     args = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-net", "--unshare-ipc",
@@ -119,6 +121,9 @@ def command(cmd: list[str], workspace: Path, bwrap: str = "bwrap", hide=()) -> l
     for lock in _timing_locks():
         if Path(lock).parent == Path("/tmp"):
             args += ["--ro-bind-try", lock, lock]  # flock works on a read-only file
+    for secret in (Path(p).resolve() for p in conceal):
+        if secret.is_file() and not any(secret.is_relative_to(c) for c in covered):
+            args += ["--ro-bind", "/dev/null", str(secret)]
     args += ["--bind", str(work), str(work), "--chdir", str(work), "--setenv", "TMPDIR", "/tmp", "--"]
     return args + [str(c) for c in cmd]
 
