@@ -17,6 +17,7 @@ import torch
 
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import config, specs
+from autograder.checker import launch as checker
 from autograder.judge import bars, wire
 from autograder.judge.launch import JudgeProcess, judge_said, overrule
 from autograder.judge.session import ENV_VAR as JUDGE_ENV
@@ -185,6 +186,26 @@ def test_patches_in_the_graded_process_do_not_change_the_judges_verdict(course):
     # Without a judge the patches win: the same wrong kernel passes.
     assert _student(work, TAMPER, _without_judge(grading)) == {"correctness": PASSED, "precision": PASSED,
                                                               "performance": PASSED}
+
+
+def test_the_checker_given_a_course_file_takes_the_judges_verdict(course, monkeypatch):
+    grading, work = course
+    cells = [("import autograder\nfrom autograder import check\n", {}),
+             (PATCHED, {}),
+             ('check("02.rmsnorm", rmsnorm).assert_passed("correctness")\n',
+              {"nbgrader": {"grade": True, "solution": False, "grade_id": "test_rmsnorm_correctness", "points": 1}})]
+    nb = {"cells": [{"cell_type": "code", "source": src, "metadata": meta, "outputs": [], "execution_count": None}
+                    for src, meta in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = work / "tampered.ipynb"
+    path.write_text(json.dumps(nb))
+    monkeypatch.setenv(config.ENV_VAR, str(grading))
+    result = checker.run(path, criteria=["correctness"], timeout=900)
+    [report] = result["reports"]
+    assert report["correctness"].status == FAILED, report  # the judge's verdict, shown by the notebook's process
+    assert "differ from the reference" in report["correctness"].message
+    monkeypatch.setenv(config.ENV_VAR, str(config.DEFAULT_PATH))  # a self-learner's check: no judge, the patch wins
+    [report] = checker.run(path, criteria=["correctness"], timeout=900)["reports"]
+    assert report["correctness"].status == PASSED, report
 
 
 def test_a_view_crosses_the_wire_as_the_same_view_and_nothing_is_unpickled():

@@ -12,9 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autograder import runtime
+from autograder import config, runtime
 from autograder import specs as registry
 from autograder.guard import procs
+from autograder.judge.launch import JudgeProcess, overrule
 from autograder.report import FAILED, CriterionResult, Report, format_table
 
 DEFAULT_TIMEOUT = 1800  # seconds: the GPU benchmarks of a notebook included
@@ -80,40 +81,63 @@ def run(path: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT, criteria=None
         result_file = Path(tmp) / "result.json"
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
         env.setdefault(runtime.SMALL_DEMOS_ENV, "1")  # the demonstrations' plots are not read here
-        cmd = [sys.executable, "-m", "autograder.checker.execute", str(path.resolve()), str(result_file),
-               ",".join(criteria or []), ",".join(ids)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
-                                start_new_session=True)
-        log: list[str] = []
-        try:
-            import threading
+        with _judge_for(env, Path(tmp)) as judge:
+            if judge is not None:
+                env = judge.student_env(env)
+            result = _run_child(path, result_file, env, timeout, criteria, echo, ids)
+            if judge is not None:
+                overrule(result["reports"], judge.close())
+        return result
 
-            def pump():
-                for line in proc.stdout:
-                    log.append(line)
-                    if echo:
-                        echo(line.rstrip("\n"))
 
-            t = threading.Thread(target=pump, daemon=True)
-            t.start()
-            proc.wait(timeout=timeout)
-            t.join(5)
-        except subprocess.TimeoutExpired:
-            procs.kill_tree(proc.pid)  # processes in sessions of their own too (Linux)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return _result(path, _all_failed(path, f"timed out after {timeout:.0f} s: the notebook did not finish", criteria, ids),
-                           [], log)
-        if proc.returncode != 0 or not result_file.exists():
-            rc = proc.returncode
-            how = f"was killed by {procs.signal_meaning(-rc)}" if rc < 0 else f"exited with code {rc}"
-            tail = "".join(log[-15:]).strip()
-            reason = f"the notebook's process {how} before grading finished (a crash in the code?)\n{tail}"
-            return _result(path, _all_failed(path, reason, criteria, ids), [], log)
-        data = json.loads(result_file.read_text())
+@contextlib.contextmanager
+def _judge_for(env: dict, folder: Path):
+    """A judge holding the grading file's settings when FUSION_COURSE_GRADING names a course's own (its secret
+    seed must stay out of the notebook's process); None for the package's public defaults."""
+    grading = env.get(config.ENV_VAR)
+    if not grading or Path(grading).resolve() == config.DEFAULT_PATH.resolve():
+        yield None
+        return
+    with JudgeProcess(folder / "judge.sock", grading, env) as judge:
+        yield judge
+
+
+def _run_child(path: Path, result_file: Path, env: dict, timeout: float, criteria, echo, ids) -> dict:
+    """Run the notebook's process and read back what it reported (every exercise failed when it did not finish)."""
+    cmd = [sys.executable, "-m", "autograder.checker.execute", str(path.resolve()), str(result_file),
+           ",".join(criteria or []), ",".join(ids)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                            start_new_session=True)
+    log: list[str] = []
+    try:
+        import threading
+
+        def pump():
+            for line in proc.stdout:
+                log.append(line)
+                if echo:
+                    echo(line.rstrip("\n"))
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        proc.wait(timeout=timeout)
+        t.join(5)
+    except subprocess.TimeoutExpired:
+        procs.kill_tree(proc.pid)  # processes in sessions of their own too (Linux)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return _result(path, _all_failed(path, f"timed out after {timeout:.0f} s: the notebook did not finish", criteria, ids),
+                       [], log)
+    if proc.returncode != 0 or not result_file.exists():
+        rc = proc.returncode
+        how = f"was killed by {procs.signal_meaning(-rc)}" if rc < 0 else f"exited with code {rc}"
+        tail = "".join(log[-15:]).strip()
+        reason = f"the notebook's process {how} before grading finished (a crash in the code?)\n{tail}"
+        return _result(path, _all_failed(path, reason, criteria, ids), [], log)
+    data = json.loads(result_file.read_text())
     reports = [Report(r["exercise"], [CriterionResult(**c) for c in r["results"]], notes=r.get("notes", []))
-               for r in data["reports"] if not r.get("not_started")]
+           for r in data["reports"] if not r.get("not_started")]
     not_started = [r["exercise"] for r in data["reports"] if r.get("not_started")]
     return _result(path, reports, data["cell_errors"], log, not_started)
 
