@@ -84,7 +84,7 @@ def hunter(x, weight, eps):
     return rmsnorm(x, weight, eps)
 
 
-report = check("02.rmsnorm", hunter, criteria=["correctness", "precision", "performance"])
+report = check("02.rmsnorm", hunter, criteria=["correctness", "precision"])
 scan()
 look(" ".join(f"{k}={v}" for k, v in os.environ.items()))
 look(open("/proc/self/environ", "rb").read().decode(errors="replace").replace("\\0", " "))
@@ -170,7 +170,6 @@ def test_a_hunt_for_the_grading_secrets_finds_nothing_in_a_judged_process(course
     assert judged["found"] == [], judged
     assert judge_said(verdicts, "02.rmsnorm", "correctness") == PASSED
     assert judge_said(verdicts, "02.rmsnorm", "precision") == PASSED
-    assert judge_said(verdicts, "02.rmsnorm", "performance") == SKIPPED  # no GPU here: not measured
     # The same hunt where the grading file is the process's own (a check before the judge): it finds them all.
     local = _student(work, HUNT, _without_judge(grading), wanted)
     assert {"seed", "bar", "grading file"} <= set(local["found"]), local
@@ -274,8 +273,8 @@ def test_a_graded_cell_that_passed_without_the_judge_scores_nothing():
     nb = nbformat.v4.new_notebook(cells=[graded(c) for c in ("correctness", "precision", "fusion")])
     verdicts = [{"exercise": "01.fused_chain", "criterion": "correctness", "status": PASSED}]
     flags = judge_disagrees(nb, verdicts)
-    assert flags == ["cell test_fused_chain_precision passed, but the judge made no verdict on 01.fused_chain "
-                     "precision: scored 0"]
+    said = "cell test_fused_chain_precision passed, but the judge made no verdict on 01.fused_chain precision"
+    assert flags == [f"{said}: scored 0"]
     scores = [utils.determine_grade(cell)[0] for cell in nb.cells]
     assert scores == [2, 0, 2]  # fusion is counted in the notebook's process: no verdict of the judge's to need
     assert nb.cells[1].outputs[-1]["ename"] == "NoJudgeVerdict"
