@@ -20,7 +20,8 @@ from kernels.rmsnorm import rmsnorm as reference_rmsnorm
 def _digest(value) -> tuple:
     """What a call is handed, as the submission could see it: shapes, strides, dtypes and the data."""
     if isinstance(value, torch.Tensor):
-        data = hashlib.sha256(value.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+        raw = value.detach().cpu().contiguous().view(-1).view(torch.uint8)  # bytes of any dtype (numpy has no bf16)
+        data = hashlib.sha256(raw.numpy().tobytes()).hexdigest()
         return ("tensor", tuple(value.shape), value.stride(), str(value.dtype), data)
     if isinstance(value, (list, tuple)):
         return tuple(_digest(v) for v in value)
