@@ -31,11 +31,12 @@ def _tile_stats(logits, rm, off_v, part, M, V, t_ptr, part_m_ptr, part_s_ptr, tg
                 WIDTH: tl.constexpr):
     # The GEMM's epilogue on a tile of logits for words off_v .. off_v + WIDTH: its share of each row's
     # softmax statistics, in float32, stored as partial number `part` of the row; and the target's logit
-    # when it falls in this tile (exactly one tile holds it).
+    # when it falls in this tile (exactly one tile holds it). A tile wholly past V (the second half of the last
+    # tile) has max -inf and sum 0, which the combining step takes as "no words here" (not exp(-inf + inf) = NaN).
     rv = off_v + tl.arange(0, WIDTH)
     logits = tl.where(rv[None, :] < V, logits, -float("inf"))
     tile_max = tl.max(logits, axis=1)
-    tile_sum = tl.sum(tl.exp(logits - tile_max[:, None]), axis=1)
+    tile_sum = tl.sum(tl.exp(logits - tl.where(tile_max == -float("inf"), 0.0, tile_max)[:, None]), axis=1)
     rows = rm < M
     where = rm.to(tl.int64) * n_parts + part
     tl.store(part_m_ptr + where, tile_max, mask=rows)

@@ -27,31 +27,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.linear_cross_entropy import _check_inputs, _combine
+from kernels.linear_cross_entropy import _check_inputs, _combine, _tile_stats
 from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward
 from kernels.matmul import grouped_tile
 from kernels.tma import descriptor, first_that_compiles, persistent_programs, tma_path_applies, tma_ready
 
 STORE, ACCUMULATE, STATS = 0, 1, 2  # what a GEMM's epilogue does with its tile
-
-
-@triton.jit
-def _tile_stats(logits, rm, off_v, part, M, V, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr, n_parts,
-                WIDTH: tl.constexpr):
-    # As kernels.linear_cross_entropy._tile_stats, and right for a column block wholly past V (a half tile at
-    # the end of the vocabulary): its max is -inf and its sum 0, which the combining step takes as "no words".
-    rv = off_v + tl.arange(0, WIDTH)
-    logits = tl.where(rv[None, :] < V, logits, -float("inf"))
-    tile_max = tl.max(logits, axis=1)
-    tile_sum = tl.sum(tl.exp(logits - tl.where(tile_max == -float("inf"), 0.0, tile_max)[:, None]), axis=1)
-    rows = rm < M
-    where = rm.to(tl.int64) * n_parts + part
-    tl.store(part_m_ptr + where, tile_max, mask=rows)
-    tl.store(part_s_ptr + where, tile_sum, mask=rows)
-    target = tl.load(t_ptr + rm, mask=rows, other=-1)
-    here = (target >= off_v) & (target < off_v + WIDTH) & rows
-    picked = tl.sum(tl.where(rv[None, :] == target[:, None], logits, 0.0), axis=1)
-    tl.store(tgt_ptr + rm, picked, mask=here)
 
 
 @triton.jit
