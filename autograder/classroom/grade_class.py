@@ -111,8 +111,6 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     if shared is not None:
         shared.mkdir(exist_ok=True)
     procs.become_subreaper()  # processes a notebook leaves behind come back here to be ended
-    recording = os.environ.get(leaderboard.RECORD_ENV)
-    os.environ[leaderboard.RECORD_ENV] = "1"  # each student's check() keeps its performance figures for the leaderboard
     try:
         with tempfile.TemporaryDirectory(prefix="grade-class-", dir=shared) as tmp:
             # The settings each student's judge reads (never the student's process): grading.toml with the course's
@@ -146,10 +144,6 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
                 run.run(again, runner, one_at_a_time=True)
     finally:
         procs.become_subreaper(False)
-        if recording is None:
-            os.environ.pop(leaderboard.RECORD_ENV, None)
-        else:
-            os.environ[leaderboard.RECORD_ENV] = recording
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
     csv_path = Path(csv_path or course.results / f"grades-{assignment}.csv")

@@ -1,12 +1,12 @@
 """The class leaderboard: per exercise, the fraction of the device's peak each student's graded kernel reached.
 
-While grade-class runs, each student's grading process has RECORD_ENV set; check() then appends every
-performance result's figures (the criterion's `fraction_of_peak`, or `fraction_of_compiled` for a training step;
-graded at several shapes, the worst shape's) to FIGURES_NAME beside that process's private grading settings.
-The class process reads the file back before the workspace is removed (read()), keeps the figures in its state,
-and writes the page and a CSV after the run (write()). Without a GPU nothing is timed: "not measured".
-
-A notebook can write that file itself: the leaderboard is a picture of the class, never a grade.
+In grade-class the figures are each student's judge's: once the student's process has ended, process.save_judged
+writes the performance verdicts' figures (the criterion's `fraction_of_peak`, or `fraction_of_compiled` for a
+training step; graded at several shapes, the worst shape's) to FIGURES_NAME in the workspace, one JSON line an
+exercise, the format record() writes for a process that grades in place with RECORD_ENV set (the student's own is
+never given it). The class process reads the file back before the workspace is removed (read()), keeps the figures
+in its state, and writes the page and a CSV after the run (write()). Without a GPU nothing is timed: "not measured".
+The leaderboard is a picture of the class, never a grade.
 """
 
 from __future__ import annotations
