@@ -1,6 +1,6 @@
 """FlashAttention forward for Hopper, warp-specialized by Triton: one warp group only issues the TMA copies of
-K and V, two compute warp groups take 64 query rows each (384 threads: the layout of cuDNN's and
-FlashAttention-3's kernels), built from one flag on the key loop, `tl.range(..., warp_specialize=True)`.
+K and V while two compute warp groups share the query tile (12 warps: the producer and consumer layout of
+cuDNN's and FlashAttention-3's kernels), built from one flag on the key loop, `tl.range(..., warp_specialize=True)`.
 
 Same op, inputs and outputs as kernels/flash_attention.py: o = softmax(Q Kᵀ / sqrt(D)) V and each row's
 log-sum-exp, for contiguous 16-bit (B, H, N, D) tensors on Hopper; other inputs go to the portable kernel. Flops
@@ -81,12 +81,15 @@ def _flash_attention_ws_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, N_KV, qk_
 
 
 # Tried in order; a setting this Triton cannot compile or this GPU cannot hold is skipped from then on
-# (kernels.tma.first_that_compiles). Compiled for sm_90 by Triton 3.6, D = 128: 12 warps, 168 registers a thread
-# at launch, shared memory 180 KB for 128 x 128 tiles and 2 stages (3 stages: 246 KB, more than a block may
-# have), 148 KB for 128 x 64 and 3 stages. Not yet timed: python -m kernels.bench.hopper times them.
+# (kernels.tma.first_that_compiles). The one setting whose results were right on an H200 with Triton 3.6
+# (python -m kernels.bench.hopper, at (4, 16, 4096, D) bf16, D 64 and 128, causal and not: the sweeps of
+# kernels/bench/results/hopper/): every other warp-specialized setting there, 128-row query tiles and 64 x 64
+# tiles, returned wrong outputs, where the same source compiled without the flag (8 warps) is right. So only it is
+# tried: falling back to a setting that compiles but computes wrong would be worse than failing. Compiled for
+# sm_90: 12 warps, 168 registers a thread, no spill, 164 KB of shared memory at D = 128 (too much above 128:
+# ws_applies sends larger heads to the portable kernel).
 WS_SETTINGS = (
-    {"BLOCK_M": 128, "BLOCK_N": 128, "WARP_SPECIALIZE": True, "num_warps": 4, "num_stages": 2},
-    {"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": True, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "WARP_SPECIALIZE": True, "num_warps": 4, "num_stages": 2},
 )
 
 # What python -m kernels.bench.hopper sweeps: the flag on at 4 warps over every tile and stage count that fits in
@@ -94,14 +97,16 @@ WS_SETTINGS = (
 # which time the same loop without the producer warp group.
 WS_SPACE = WS_SETTINGS + tuple(
     {"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws, "num_warps": w, "num_stages": s}
-    for bm, bn, s, w, ws in ((128, 64, 2, 4, True), (128, 64, 4, 4, True), (128, 64, 5, 4, True),
-                             (64, 128, 2, 4, True), (64, 64, 3, 4, True), (128, 128, 2, 8, False),
-                             (128, 64, 3, 8, False)))
+    for bm, bn, s, w, ws in ((128, 128, 2, 4, True), (128, 64, 3, 4, True), (128, 64, 2, 4, True),
+                             (128, 64, 4, 4, True), (128, 64, 5, 4, True), (64, 64, 3, 4, True),
+                             (128, 128, 2, 8, False), (128, 64, 3, 8, False)))
+MAX_HEAD_DIM = 128  # the largest head whose tiles WS_SETTINGS fit in a block's shared memory
 
 
 def ws_applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-    """Hopper or newer, 16-bit, contiguous tensors the copy engine can read: where this kernel runs."""
-    return (q.dtype in (torch.float16, torch.bfloat16) and hopper_or_newer(q.device)
+    """Hopper or newer, 16-bit, contiguous tensors the copy engine can read, heads of at most MAX_HEAD_DIM
+    dimensions: where this kernel runs."""
+    return (q.dtype in (torch.float16, torch.bfloat16) and hopper_or_newer(q.device) and q.shape[3] <= MAX_HEAD_DIM
             and all(t.is_contiguous() and tma_ready(t) for t in (q, k, v)))
 
 
@@ -120,7 +125,8 @@ def flash_attention_ws(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
     if ws_applies(q, k, v):
         return _launch_attention_ws(q, k, v, causal, settings or WS_SETTINGS, warmup)
     if warmup:
-        raise ValueError("the warp-specialized kernel needs contiguous 16-bit tensors on a Hopper GPU")
+        raise ValueError("the warp-specialized kernel needs contiguous 16-bit tensors on a Hopper GPU, heads of "
+                         f"at most {MAX_HEAD_DIM} dimensions")
     return flash_attention(q, k, v, causal)
 
 

@@ -62,6 +62,15 @@ def test_falls_back_where_the_kernel_does_not_apply():
         ws.flash_attention_ws(q[:, :, :5], k, v, True)
 
 
+def test_heads_larger_than_the_tiles_allow_go_to_the_portable_kernel(monkeypatch):
+    """WS_SETTINGS fit in shared memory up to MAX_HEAD_DIM; a larger head is the portable kernel's, not a failed
+    compile."""
+    monkeypatch.setattr(ws, "hopper_or_newer", lambda device: True)
+    small, large = (torch.randn(1, 2, 64, d, dtype=torch.float16) for d in (ws.MAX_HEAD_DIM, 2 * ws.MAX_HEAD_DIM))
+    assert ws.ws_applies(small, small, small) and not ws.ws_applies(large, large, large)
+    assert not ws.ws_applies(small.float(), small.float(), small.float())
+
+
 def test_the_settings_keep_the_key_loop_specializable():
     """num_warps=4 is what the Hopper pass specializes (12 warps once split); the twins with the flag off exist to
     time the same loop without it."""
