@@ -121,6 +121,34 @@ def test_the_report_says_which_goals_are_not_met():
     assert "- forward: met" in text
 
 
+def test_only_kernels_compiled_warp_specialized_count_as_such():
+    """The ws family's twins without the flag are the same loop with no producer warp group: the report's
+    warp-specialized column leaves them out, and lists every warp-specialized setting the sweep checked."""
+    twin, flagged = "ws 128x64 s3 w8 warp_specialize=False", "ws 64x128 s2 w4 warp_specialize=True"
+    ms = {"course": 1.25, twin: 1.1, flagged: 2.0, "SDPA cudnn": 1.0}
+    row = hopper._forward_row((4, 16, 4096, 128), "bf16", False, ms, 1e12, {}, {}, {})
+    assert row["family_best"] == {"course": 0.8, "ws": 0.5}
+    del ms[flagged]
+    row = hopper._forward_row((4, 16, 4096, 128), "bf16", False, ms, 1e12, {}, {}, {})
+    assert "ws" not in row["family_best"] and row["best_triton"] == twin  # still a Triton kernel, just not ws
+    row["family_best"]["ws"] = 0.91  # as a run recorded before the twins were told apart: recomputed
+    sweeps = {"ws D=128 causal=False bf16": [
+        {"family": "ws", "setting": {"BLOCK_M": 64, "BLOCK_N": 128, "WARP_SPECIALIZE": True, "num_warps": 4,
+                                     "num_stages": 2}, "status": "checked", "ms": 4.0, "warp_specialized": True},
+        {"family": "ws", "setting": {"BLOCK_M": 128, "BLOCK_N": 128, "WARP_SPECIALIZE": True, "num_warps": 4,
+                                     "num_stages": 2}, "status": "wrong", "why": "error 1 above the tolerance 0.03",
+         "warp_specialized": True},
+        {"family": "ws", "setting": {"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": False, "num_warps": 8,
+                                     "num_stages": 3}, "status": "checked", "ms": 1.1, "warp_specialized": False}]}
+    text = hopper.markdown({"device": {"name": "NVIDIA H100"}, "date": "2026-11-26", "torch": "2.11",
+                            "triton": "3.6", "rows": [row], "goals": hopper.goals([row]),
+                            "forward": {"sweeps": sweeps}})
+    assert "| 4,16,4096,128 bf16 causal=False | SDPA cudnn 1000 | 0.80 | - | - | - |" in text
+    assert "| 4,16,4096,128 bf16 causal=False | 64x128 s2 w4 warp_specialize=True | right | 4.0 | 0.25 |" in text
+    assert "| 128x128 s2 w4 warp_specialize=True | wrong: error 1 above the tolerance 0.03 | - | - |" in text
+    assert "128x64 s3 w8 warp_specialize=False |" not in text
+
+
 @pytest.fixture
 def tiny_run(monkeypatch):
     """The three parts at tiny shapes on the CPU: kernels in the interpreter (float16), compiles skipped (Triton

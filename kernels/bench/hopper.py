@@ -263,11 +263,22 @@ def forward_rows(finalists: list[dict], clock: sweep.Clock, progress, rounds: in
 def _forward_row(shape, dt, causal, ms, flops, missing, settings, errors) -> dict:
     row = sweep.comparison_row("forward", f"{','.join(map(str, shape))} {dt} causal={causal}", ms, flops, missing,
                                {n: s for n, s in settings.items() if s}, errors)
-    for family in ("course", *FAMILIES):
-        mine = [n for n in row.get("fraction_of_best_sdpa", {}) if n.split(" ")[0] == family]
-        if mine:
-            row.setdefault("family_best", {})[family] = max(row["fraction_of_best_sdpa"][n] for n in mine)
+    best = family_best(row)
+    if best:
+        row["family_best"] = best
     return row
+
+
+def family_best(row: dict) -> dict:
+    """{family: its best fraction of the best SDPA backend} in a forward row. The ws family's twins compiled without
+    the flag are the same loop with no producer warp group: not warp-specialized, so not counted as such."""
+    out = {}
+    for family in ("course", *FAMILIES):
+        mine = [n for n in row.get("fraction_of_best_sdpa", {})
+                if n.split(" ")[0] == family and "warp_specialize=False" not in n]
+        if mine:
+            out[family] = max(row["fraction_of_best_sdpa"][n] for n in mine)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -318,11 +329,12 @@ def markdown(result: dict) -> str:
                   "| shape | best SDPA | course | portable swept | TMA swept | warp-specialized | best Triton |",
                   "|---|---|---:|---:|---:|---:|---|"]
         for r in fwd:
-            fb = r.get("family_best", {})
+            fb = family_best(r)  # from the fractions: a run recorded before the twins were told apart counts them
             cells = [f"{fb[f]:.2f}" if f in fb else "-" for f in ("course", *FAMILIES)]
             sdpa = f"{r['best_sdpa']} {r['TFLOPs'][r['best_sdpa']]:.0f}" if "best_sdpa" in r else "-"
             best = f"{r['best_triton']} {r['best_fraction']:.2f}" if "best_triton" in r else "-"
             lines.append(f"| {r['shape']} | {sdpa} | " + " | ".join(cells) + f" | {best} |")
+        lines += _warp_specialized_lines(result, fwd)
     bwd = [r for r in result["rows"] if r["part"] == "backward"]
     if bwd:
         lines += ["", "Backward, fraction of the best SDPA backend's speed:", "",
@@ -346,6 +358,30 @@ def markdown(result: dict) -> str:
                                for k, g in result.get("goals", {}).items()]
     lines += ["", f"Seconds spent: {json.dumps(result.get('seconds', {}))}"]
     return "\n".join(lines) + "\n"
+
+
+def _warp_specialized_lines(result: dict, fwd: list[dict]) -> list[str]:
+    """Every setting the sweep compiled with the flag on and found warp-specialized: right or wrong at the sweep's
+    shape, its first time there and that time against the best SDPA backend's in the row of the same shape."""
+    sdpa_ms = {r["shape"]: r["ms"][r["best_sdpa"]] for r in fwd if "best_sdpa" in r}
+    lines = []
+    for key, records in result.get("forward", {}).get("sweeps", {}).items():
+        family, d, causal, dt = key.split(" ")
+        shape = f"{','.join(map(str, SWEEP))},{d.removeprefix('D=')} {dt} {causal}"
+        for rec in records:
+            if family != "ws" or not rec.get("warp_specialized"):
+                continue
+            ms = rec.get("ms")
+            frac = f"{sdpa_ms[shape] / ms:.2f}" if ms and shape in sdpa_ms else "-"
+            verdict = "right" if rec["status"] == "checked" else f"{rec['status']}: {rec.get('why', '')}"
+            lines.append(f"| {shape} | {tuning.setting_name(rec['setting'])} | {verdict} | "
+                         f"{ms if ms else '-'} | {frac} |")
+    if not lines:
+        return []
+    note = ("The warp-specialized column counts only kernels compiled warp-specialized (the flag on); its twins "
+            "without the flag are the same loop with no producer warp group. Every warp-specialized setting of the "
+            "sweep, checked against the reference and timed once (not in turns with SDPA: a first ranking):")
+    return ["", note, "", "| shape | setting | result | ms | best SDPA ms / ms |", "|---|---|---|---:|---:|", *lines]
 
 
 def main(argv=None) -> int:
