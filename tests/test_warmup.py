@@ -3,13 +3,14 @@ GPU; nothing on the CPU; an error in a warm-up call is left to the graded call o
 
 import threading
 
+import pytest
 import torch
 
 from autograder import runtime
 from autograder import specs as registry
 from autograder.criteria import warmup
-from autograder.guard.secret import EXTRA_SHAPES
 from autograder.criteria.cases import graded_dtypes
+from autograder.guard.secret import EXTRA_SHAPES
 
 
 def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
@@ -95,3 +96,112 @@ def test_the_report_names_the_warm_up_call_that_broke_the_cuda_context(monkeypat
     report = check("02.rmsnorm", rmsnorm, criteria=["correctness"])
     assert not report.passed
     assert any("broke the GPU's CUDA context on its first call at shape (1, 7), float16" in n for n in report.notes)
+
+
+def _autotuned_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"])
+    @triton.jit
+    def _double(x_ptr, n, B: tl.constexpr):
+        offs = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+    return _double
+
+
+def test_quick_tuning_times_one_call_a_configuration_then_gives_the_benchmark_back(monkeypatch):
+    """Inside: the autotuner's benchmark is one timed call; a choice made there is forgotten at the end, one made
+    before stays, and the autotuner's own benchmark is back (the same object where it had been looked up)."""
+    tuned = _autotuned_kernel()
+
+    def fn(x):
+        return x
+
+    fn.__globals__["_tuned_for_the_test"] = tuned
+    try:
+        monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+        own = tuned.do_bench  # looked up once: cached on the instance
+        tuned.cache[("chosen before",)] = tuned.configs[1]
+        with warmup.quick_tuning(fn) as n:
+            assert n == 1
+            assert tuned.do_bench is not own and tuned.do_bench.__name__ == "_one_timed_call"
+            tuned.cache[("chosen for a small case",)] = tuned.configs[0]
+        assert tuned.do_bench is own
+        assert list(tuned.cache) == [("chosen before",)]
+        fresh = _autotuned_kernel()  # never looked up: nothing is left on the instance afterwards
+        fn.__globals__["_tuned_for_the_test"] = fresh
+        with warmup.quick_tuning(fn):
+            assert "do_bench" in fresh.__dict__
+        assert "do_bench" not in fresh.__dict__
+    finally:
+        del fn.__globals__["_tuned_for_the_test"]
+
+
+def test_quick_tuning_changes_nothing_in_the_interpreter():
+    tuned = _autotuned_kernel()
+
+    def fn(x):
+        return x
+
+    fn.__globals__["_tuned_for_the_test"] = tuned
+    try:
+        if runtime.has_gpu():
+            return
+        with warmup.quick_tuning(fn) as n:
+            assert n == 0 and "do_bench" not in tuned.__dict__
+    finally:
+        del fn.__globals__["_tuned_for_the_test"]
+
+
+def test_the_decoder_is_warmed_up_at_every_model_and_batch_its_criteria_run(monkeypatch):
+    from autograder.criteria import training
+
+    ex = registry.get("07.decoder")
+    assert training.warm_cases(ex, ex.criteria) == [] or runtime.has_gpu()  # nothing compiles in the interpreter
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    dtypes = [torch.float32, torch.bfloat16]
+    want = [(c, d) for c in ex.cases_gpu for d in dtypes] + [(ex.training_gpu, torch.bfloat16),
+                                                              (ex.perf_case, torch.bfloat16)]
+    assert ex.memory_gpu == ex.perf_case  # timed and measured on one model and batch: warmed up once
+    assert training.warm_cases(ex, ex.criteria) == want
+    assert training.warm_cases(ex, ["correctness"]) == want[:4]
+    seen = []
+
+    def first_step(ex_, fn, case, dtype):
+        seen.append((threading.current_thread().name, case, dtype))
+        if case == ex.perf_case:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(training, "first_step", first_step)
+    n, broken = warmup.compile_ahead(ex, lambda *a: None, ex.criteria)
+    assert n == len(seen) == len(want)
+    assert sorted((c.batch, c.seq_len, str(d)) for _, c, d in seen) == sorted(
+        (c.batch, c.seq_len, str(d)) for c, d in want)
+    assert all(name.startswith("fusion-course-warmup") for name, _, _ in seen)
+    assert broken == [f"model {ex.perf_case}, bfloat16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not runtime.has_gpu(), reason="needs a CUDA GPU")
+def test_after_the_warm_up_the_decoders_graded_steps_compile_nothing():
+    """The capstone's first graded steps compiled its kernels one after the other (16 s of correctness on an
+    H100); warmed up side by side, correctness and the training run find every kernel compiled."""
+    import triton
+
+    from autograder.config import load
+    from autograder.criteria import training
+    from kernels.decoder import decoder_loss
+
+    compiled = []
+    hook = triton.knobs.runtime.jit_post_compile_hook
+    ex = registry.get("07.decoder")
+    warmup.compile_ahead(ex, decoder_loss, ["correctness"])
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiled.append(a) or False
+    try:
+        result = training.correctness(ex, decoder_loss, load())
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = hook
+    assert result.status == "passed", result.message
+    assert compiled == []

@@ -200,6 +200,33 @@ def training(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     return CriterionResult("training", PASSED if gap <= allowed else FAILED, msg, figures)
 
 
+def warm_cases(ex: TrainingExercise, criteria) -> list[tuple[TrainingCase, torch.dtype]]:
+    """(case, dtype) of every model and batch shape the named criteria run on a GPU, each once: what a first call
+    compiles the student's kernels for (criteria.warmup calls them side by side before the graded calls)."""
+    if not runtime.has_gpu():
+        return []
+    found = []
+    if "correctness" in criteria:
+        found += [(case, dtype) for case in ex.cases_gpu for dtype in _dtypes()]
+    if "training" in criteria:
+        found.append((ex.training_gpu, _dtypes()[-1]))
+    if "performance" in criteria:
+        found.append((ex.perf_case, torch.bfloat16))
+    if "memory" in criteria:
+        found.append((ex.memory_gpu, _dtypes()[-1]))
+    unique = {(repr(c.config), c.batch, c.seq_len, str(d)): (c, d) for c, d in found}
+    return list(unique.values())
+
+
+def first_step(ex: TrainingExercise, fn, case: TrainingCase, dtype) -> None:
+    """One forward and backward of fn on the case's initial model and a batch of seed 0; the result is dropped."""
+    device = runtime.device()
+    params = ex.init(case.config, dtype, device, 0)
+    tokens, targets = _batch(ex, case, 0, device)
+    _step(fn, params, tokens, targets, case.config)()
+    sync()
+
+
 def _step(fn, params, tokens, targets, config):
     leaves = list(params.values())
 

@@ -10,19 +10,31 @@ and they find the compiled kernels in memory. On the CPU (Triton's interpreter) 
 A kernel under @triton.autotune would pick its configurations while other calls share the GPU: every choice
 made during the warm-up is forgotten afterwards (the compiled configurations stay), so the graded calls, the
 benchmark-size one above all, choose alone.
+
+A training exercise (the capstone's decoder) is warmed up the same way: one forward and backward for each model
+and batch shape its criteria run (each correctness model in each dtype, the training run's, the timed one's), side
+by side; its first graded step then compiles nothing.
+
+While the small cases are graded (correctness, precision), an @triton.autotune kernel times each of its
+configurations at each new key with Triton's benchmark, 25 ms of warm-up and 100 ms of runs a configuration: 11 s of
+06.row_argmax's 14 s on an H100, spent choosing launch settings for rows of 7 columns that nothing times.
+quick_tuning() lets those choices be made by one timed call each, and forgets them afterwards, as the warm-up does,
+so that the criteria that time the kernel (fusion, performance) tune it with Triton's own benchmark.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from autograder import runtime
+from autograder.criteria import training
 from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shapes, secret_shapes
 from autograder.guard.watch import Guarded
-from autograder.specs.exercise import KernelExercise
+from autograder.specs.exercise import KernelExercise, TrainingExercise
 
 MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core GPU machine
 
@@ -42,31 +54,86 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     """Call fn once on each case's inputs from a pool of threads. Returns how many calls were made, and the cases
     whose call broke the CUDA context (an access far out of bounds): every graded call after that fails alike,
     so the report names the case here instead."""
-    if not runtime.has_gpu() or not isinstance(ex, KernelExercise):
+    if not runtime.has_gpu() or not isinstance(ex, (KernelExercise, TrainingExercise)):
         return 0, []
-    todo = cases(ex, criteria)
+    training_exercise = isinstance(ex, TrainingExercise)
+    todo = training.warm_cases(ex, criteria) if training_exercise else cases(ex, criteria)
     broken: list[str] = []
 
     def call(case):
         shape, dtype = case
         try:
+            if training_exercise:
+                training.first_step(ex, fn, shape, dtype)
+                return
             inputs = case_inputs(ex, shape, dtype, 0)
             # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
             fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
             if runtime.cuda_context_broken(exc):
-                broken.append(f"shape {shape}, {str(dtype).removeprefix('torch.')}")
+                broken.append(f"{'model' if training_exercise else 'shape'} {shape}, "
+                              f"{str(dtype).removeprefix('torch.')}")
 
     tuners = autotuners(fn)
     chosen_before = {id(t): set(t.cache) for t in tuners}
     if len(todo) > 1:
         with ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
             list(pool.map(call, todo))
+    _forget(tuners, chosen_before)
+    return len(todo), sorted(broken)
+
+
+def _forget(tuners: list, chosen_before: dict) -> None:
+    """Drop every launch setting an autotuner chose since chosen_before was taken (its compiled kernels stay)."""
     for t in tuners:
         for key in set(t.cache) - chosen_before[id(t)]:
             t.cache.pop(key, None)
-    return len(todo), sorted(broken)
+
+
+def _one_timed_call(kernel_call, quantiles=None, **_):
+    """An autotuner's benchmark made of one call, timed with CUDA events: enough to choose among launch settings for
+    a case that nothing times, and about a thousandth of Triton's 125 ms a configuration."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    kernel_call()  # the first call of a configuration compiles it
+    start.record()
+    kernel_call()
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    return [ms] * len(quantiles) if quantiles else ms
+
+
+@contextlib.contextmanager
+def quick_tuning(fn):
+    """Within: every autotuner fn reaches chooses its launch settings by one timed call a configuration. After: the
+    choices made within are forgotten and each autotuner's own benchmark is back. Nothing changes where the
+    autotuner's class keeps its benchmark otherwise than Triton 3.6-3.9 do (an instance's cached `do_bench`)."""
+    tuners = [t for t in autotuners(fn) if runtime.has_gpu() and _benchmark_is_cached(t)]
+    chosen_before = {id(t): set(t.cache) for t in tuners}
+    saved = {id(t): t.__dict__.get("do_bench", _MISSING) for t in tuners}
+    for t in tuners:
+        t.__dict__["do_bench"] = _one_timed_call
+    try:
+        yield len(tuners)
+    finally:
+        for t in tuners:
+            if saved[id(t)] is _MISSING:
+                t.__dict__.pop("do_bench", None)
+            else:
+                t.__dict__["do_bench"] = saved[id(t)]
+        _forget(tuners, chosen_before)
+
+
+_MISSING = object()
+
+
+def _benchmark_is_cached(tuner) -> bool:
+    """Whether the autotuner finds its benchmark through an attribute an instance can shadow (functools'
+    cached_property, as in Triton 3.4 and later)."""
+    import functools
+
+    return isinstance(getattr(type(tuner), "do_bench", None), functools.cached_property)
 
 
 def autotuners(fn) -> list:
@@ -74,7 +141,7 @@ def autotuners(fn) -> list:
     once; @triton.heuristics wrappers are looked through."""
     try:
         from triton.runtime.autotuner import Autotuner
-    except ImportError:  # noqa: BLE001  a Triton without the module: nothing to reset
+    except ImportError:
         return []
     seen, found = set(), []
     names = dict(getattr(fn, "__globals__", {}) or {})
