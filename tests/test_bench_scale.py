@@ -222,6 +222,30 @@ def test_the_record_says_the_ratio_the_efficiency_and_whether_the_grades_agree()
     assert alone["ratio"] is None and "Wall time" not in scale.markdown(alone)
 
 
+def test_two_halves_measured_apart_merge_into_one_result(tmp_path):
+    """`--runs one` and `--runs all` (each under a command's time limit) joined by --merge: the same verdict as
+    one command's two runs; halves of two different measurements are refused by name."""
+    one, every = _row("0", 1, 200.0, [52, 48, 54, 46]), _row("all", 2, 104.0, [53, 47, 55, 45])
+    merged = scale.merge(_result([one]), _result([every]))
+    assert {k: merged[k] for k in ("ratio", "goal_met", "grades_identical")} == {
+        "ratio": 0.52, "goal_met": True, "grades_identical": True}
+    assert merged["rows"] == [one, every] and merged["merged"] is True
+    with pytest.raises(ValueError, match="a one-worker result and then a one-per-GPU result"):
+        scale.merge(_result([every]), _result([one]))
+    other = {**_result([every]), "students": 16}
+    with pytest.raises(ValueError, match="differ in students"):
+        scale.merge(_result([one]), other)
+    paths = []
+    for name, result in (("one", _result([one])), ("all", _result([every]))):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(result))
+    assert scale.main(["--merge", *map(str, paths), "--out", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "scale-nvidia-h100-80gb-hbm3.json").read_text())
+    assert saved["ratio"] == 0.52 and len(saved["rows"]) == 2
+    (tmp_path / "bad.json").write_text(json.dumps(other))
+    assert scale.main(["--merge", str(paths[0]), str(tmp_path / "bad.json")]) == 2
+
+
 def _grading_run(date, rows):
     return {"date": date, "rows": [{"notebook": nb, "mode": mode, "wall_s": s, "passed": ok} for nb, mode, s, ok in rows]}
 

@@ -1,8 +1,9 @@
 """How grade-class scales over the GPUs of one machine: a class graded one student at a time on GPU 0, then one
 student per GPU.
 
-    python -m kernels.bench.scale [--students 8] [--assignment 01_hbm_cost_model] [--gpus all]
+    python -m kernels.bench.scale [--students 8] [--assignment 01_hbm_cost_model] [--gpus all] [--runs both]
                                   [--allow-one-gpu] [--timeout 1800] [--tag TEXT] [--out kernels/bench/results/scale]
+    python -m kernels.bench.scale --merge ONE.json ALL.json [--tag TEXT] [--out ...]
 
 A course is built in a temporary folder (kernels.bench.submissions): the assignment's solution notebook as
 nbgrader's source, its release made by `nbgrader generate_assignment`, and 2N students who hand the release in, N
@@ -25,6 +26,11 @@ costs.
 Needs nbgrader and CUDA GPUs: fewer than two are refused unless --allow-one-gpu (then only the one-worker run). The
 Jupyter kernel the notebooks run in is `fusion-course` (`make lab` registers it); where Jupyter knows none, one is
 registered for this Python inside the temporary folder. Nothing is downloaded.
+
+Where one command may not run as long as both runs take (a batch system's time limit), `--runs one` and `--runs
+all` make them apart, on the same machine, each on a class built afresh (the same students: the class is built from
+the assignment alone); `--merge` then joins the two results into the one the report reads, after checking that
+they come from the same machine, versions, assignment and class size.
 """
 
 from __future__ import annotations
@@ -273,6 +279,7 @@ def measure(args, found: dict, env: dict) -> dict:
     """The class built and graded by each run; the result to save (its head, its runs, their verdict)."""
     picked = chosen_gpus(args.gpus, found["gpus"])
     runs = [("one GPU", str(picked[0]), 1)] + ([("all GPUs", args.gpus, len(picked))] if len(picked) >= 2 else [])
+    runs = {"both": runs, "one": runs[:1], "all": runs[1:]}[args.runs]
     sandboxed = sandbox.choose(echo=lambda m: print(m, flush=True)).use
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         course = Path(tmp) / "course"
@@ -294,6 +301,24 @@ def measure(args, found: dict, env: dict) -> dict:
             "rows": rows}
 
 
+MERGED_SAME = ("assignment", "students", "bug", "gpu_count", "gpu_names", "sandboxed", "torch", "triton")
+
+
+def merge(one: dict, every: dict) -> dict:
+    """The result of `--runs one` and that of `--runs all` as one result of both runs. Raises ValueError when they
+    are not two halves of one measurement: other settings, or not one run each of the right kind."""
+    kinds = [[row["workers"] for row in r["rows"]] for r in (one, every)]
+    if kinds[0] != [1] or len(kinds[1]) != 1 or kinds[1][0] < 2:
+        raise ValueError(f"--merge takes a one-worker result and then a one-per-GPU result; their runs have "
+                         f"{kinds[0]} and {kinds[1]} workers")
+    differ = [k for k in MERGED_SAME if one.get(k) != every.get(k)]
+    if differ or one["device"]["name"] != every["device"]["name"]:
+        raise ValueError(f"the two results differ in {', '.join(differ) or 'device'}: not one measurement")
+    rows = [one["rows"][0], every["rows"][0]]
+    return {**one, "set_up_s": max(one["set_up_s"], every["set_up_s"]), **verdict(rows), "rows": rows,
+            "merged": True}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=8, metavar="N",
@@ -306,11 +331,22 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="grade-class's seconds per student (default 1800)")
     parser.add_argument("--tag", default="", help="appended to the file name (scale-<gpu>-<tag>.json)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the result")
+    parser.add_argument("--runs", choices=("both", "one", "all"), default="both",
+                        help="both runs (default), only the one-worker run, or only the one-per-GPU run")
+    parser.add_argument("--merge", nargs=2, type=Path, metavar=("ONE", "ALL"),
+                        help="join a --runs one result and a --runs all result into one, and save it")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)  # the child of probe_in_child
     args = parser.parse_args(argv)
     if args.probe:
         print(json.dumps(probe()))
         return 0
+    if args.merge:
+        try:
+            result = merge(*(json.loads(Path(p).read_text()) for p in args.merge))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"python -m kernels.bench.scale --merge: {exc}", file=sys.stderr)
+            return 2
+        return finish(result, args)
     if args.students < 1:
         parser.error(f"--students must be at least 1, got {args.students}")
     env = {k: v for k, v in tool_env().items() if k != "FUSION_COURSE_GRADING"}  # the course's own grading.toml
@@ -324,8 +360,13 @@ def main(argv=None) -> int:
     except RuntimeError as exc:
         print(f"python -m kernels.bench.scale: {exc}", file=sys.stderr)
         return 1
-    one_run = [] if len(result["rows"]) > 1 else ["one-gpu"]
-    name = "-".join(["scale", slug(result["device"]["name"]), *([slug(args.tag)] if args.tag else []), *one_run])
+    return finish(result, args)
+
+
+def finish(result: dict, args) -> int:
+    """Save the result, print its table and say what makes it unfit (exit 1), if anything."""
+    alone = [] if len(result["rows"]) > 1 else ["one-gpu" if result["rows"][0]["workers"] == 1 else "all-gpus"]
+    name = "-".join(["scale", slug(result["device"]["name"]), *([slug(args.tag)] if args.tag else []), *alone])
     path = save(result, args.out / f"{name}.json")
     print(markdown(result))
     print(f"saved {path}")
