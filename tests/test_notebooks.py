@@ -68,7 +68,11 @@ def test_every_exercise_has_a_solution_cell_and_graded_cells(root, name):
         for criterion in ex.criteria:
             cells = [c for c in graded if f'check("{ex.id}"' in c.source and f'assert_passed("{criterion}")' in c.source]
             assert len(cells) == 1, f"{ex.id}: expected one graded cell for {criterion}, found {len(cells)}"
-            assert cells[0].metadata["nbgrader"]["points"] > 0
+            points = cells[0].metadata["nbgrader"]["points"]
+            if ex.optional:  # feedback, not credit: a student without the hardware it needs loses nothing
+                assert points == 0, f"{ex.id} is optional: its {criterion} cell must carry 0 points, not {points}"
+            else:
+                assert points > 0, f"{ex.id}: its {criterion} cell carries no points"
 
 
 def _solution_cells(root, name):

@@ -38,8 +38,8 @@ from autograder.criteria.cases import (
     left_running,
     student_error,
 )
+from autograder.criteria.codegen import compiled_kernels, not_warp_specialized, spills
 from autograder.criteria.outputs import as_outputs, as_tuple, output_problem, relative_error, shares_storage
-from autograder.guard.watch import TritonLaunches
 from autograder.measure import capability, gpu_share
 from autograder.measure import device as device_mod
 from autograder.measure.timing import (
@@ -305,7 +305,9 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
     speedup = t.eager_ms / ms if t.eager_ms is not None else None
     min_frac = cfg.bar(ex, "min_fraction_of_peak", ex.default_min_fraction, part)
     min_speedup = cfg.bar(ex, "min_speedup_over_eager", 1.0, part)
-    spilled = _spills(fn, args) if ex.no_spills else []
+    compiled = compiled_kernels(fn, args) if ex.no_spills or ex.warp_specialized else []
+    spilled = spills(compiled) if ex.no_spills else []
+    unspecialized = not_warp_specialized(compiled) if ex.warp_specialized else None
     figures = {"time_ms": ms, "eager_ms": t.eager_ms, "speedup_over_eager": speedup, "peak_ms": t.peak_ms,
                "spread": t.spread, "rounds": ROUNDS}
     if peak.kind == "baseline":
@@ -355,6 +357,9 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
         return CriterionResult("performance", FAILED, msg + "\nRegisters spilled to memory: " + "; ".join(spilled)
                                + ". A spill is a load and a store per value in the loop; give the configuration "
                                "more warps or a smaller block.", figures)
+    if unspecialized:
+        figures["warp_specialized"] = False
+        return CriterionResult("performance", FAILED, msg + "\n" + unspecialized, figures)
     if frac >= min_frac and (speedup is None or speedup > min_speedup):
         return CriterionResult("performance", PASSED, msg, figures)
     if ex.flops is None and ex.perf_baseline is None and frac < min_frac:
@@ -365,16 +370,6 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
             "enough loads in flight."
         )
     return CriterionResult("performance", FAILED, msg, figures)
-
-
-def _spills(fn, args) -> list[str]:
-    """The kernels a call of fn ran whose compiled code spills registers, each named with its figures."""
-    launches = TritonLaunches()
-    with launches:
-        fn(*args)
-    torch.cuda.synchronize()
-    return [f"{k.name} ({k.settings}: {k.n_regs} registers a thread, {k.n_spills} spilled)"
-            for k in launches.compiled if k.n_spills]
 
 
 def _compact(outputs) -> tuple | None:

@@ -130,12 +130,17 @@ def storage_of(t: torch.Tensor) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class CompiledFigures:
-    """What a launched kernel compiled to: registers a thread and registers spilled to local memory (ptxas)."""
+    """What a launched kernel compiled to: registers a thread and registers spilled to local memory (ptxas), the
+    warps it runs (after warp specialization, the producer's and consumers' together), its shared memory, and
+    whether Triton split a loop of it into warp groups (its TTGIR holds a ttg.warp_specialize region)."""
 
     name: str
     n_regs: int
     n_spills: int
     settings: str
+    num_warps: int = 0
+    shared_bytes: int = 0
+    warp_specialized: bool = False
 
     @classmethod
     def of(cls, kernel, kwargs: dict) -> "CompiledFigures":
@@ -143,7 +148,10 @@ class CompiledFigures:
         warps = getattr(meta, "num_warps", None)
         blocks = ", ".join(f"{k}={v}" for k, v in kwargs.items() if k.isupper() and isinstance(v, int))
         settings = ", ".join(x for x in (blocks, f"num_warps={warps}" if warps else "") if x)
-        return cls(getattr(kernel, "name", "kernel"), int(kernel.n_regs), int(kernel.n_spills), settings)
+        asm = getattr(kernel, "asm", None)
+        ttgir = asm.get("ttgir", "") if hasattr(asm, "get") else ""
+        return cls(getattr(kernel, "name", "kernel"), int(kernel.n_regs), int(kernel.n_spills), settings,
+                   int(warps or 0), int(getattr(meta, "shared", 0) or 0), "ttg.warp_specialize" in str(ttgir))
 
 
 class TritonLaunches:

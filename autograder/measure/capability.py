@@ -9,6 +9,9 @@ The facts it rests on (see the compatibility table in docs/hardware.md):
   Triton GEMM or attention kernel there cannot approach cuBLAS or SDPA, so their performance is not graded.
 - TMA descriptors and warpgroup matrix instructions exist from 9.0 (Hopper); elsewhere the course's kernels take
   their portable (pointer) paths.
+- Triton's warp specialization of a loop (`tl.range(..., warp_specialize=True)`) is a Hopper pass in Triton 3.6
+  and 3.7 (nvgpu-warp-specialization); Blackwell (10.x) takes another path. An exercise on it (notebook 08) is
+  graded on 9.x alone, where its bars were measured (missing_hardware).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ MIN_CAPABILITY = (7, 5)  # the oldest GPU the course runs on (Turing: T4, RTX 20
 NATIVE_BF16 = (8, 0)
 TENSOR_CORE_DOT = (8, 0)  # Triton >= 3.3 lowers tl.dot to FMA below this
 TMA = (9, 0)
+HARDWARE = {"hopper": "a Hopper GPU (compute capability 9.x: an H100, H200 or GH200)"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +96,27 @@ def performance_unreachable(uses_dot: bool, cap: Capability | None) -> str | Non
             "this kind can approach cuBLAS or SDPA here. Correctness and the other criteria are graded as usual.")
 
 
+def missing_hardware(needs: str, cap: Capability | None) -> str | None:
+    """Why an exercise bound to a kind of GPU (Exercise.hardware) is not graded here, in one line; None where it
+    is. needs "" grades anywhere."""
+    if not needs:
+        return None
+    if needs not in HARDWARE:
+        raise ValueError(f"unknown hardware {needs!r} for an exercise; the kinds are {', '.join(HARDWARE)}")
+    if cap is not None and cap.major == 9:
+        return None
+    if cap is None:
+        here = "no GPU: Triton's interpreter runs the kernels on the CPU, with neither warp groups nor a clock"
+    else:
+        here = f"{cap.name}, compute capability {cap.major}.{cap.minor}"
+        if not runtime.tma_allowed():
+            here += f" (Hopper's paths switched off by {runtime.NO_TMA_ENV})"
+        elif cap.major > 9:
+            here += ", where Triton specializes warps by another path that the course has not measured"
+    return (f"not graded here: this exercise needs {HARDWARE[needs]}, and this machine has {here}. "
+            "Nothing is held against you: every criterion reads skip.")
+
+
 def describe(cap: Capability | None) -> list[str]:
     """Lines for `python -m autograder device`: what this GPU supports and what the course does about it."""
     if cap is None:
@@ -106,5 +131,6 @@ def describe(cap: Capability | None) -> list[str]:
         f"timed in      {'bfloat16 where an exercise asks for it' if cap.native_bf16 else 'float16 (for bfloat16)'}",
         f"matrix units  {'tensor cores from tl.dot' if cap.tensor_core_dot else 'tl.dot runs on FMA (Triton >= 3.3): GEMM and attention speed not graded'}",
         f"copy engine   {'TMA: the Hopper paths of notebooks 04 and 05 run' if cap.tma else 'no TMA: the portable (pointer) kernels run'}",
+        f"notebook 08   {'graded here (Hopper)' if missing_hardware('hopper', cap) is None else 'not graded here: it needs a Hopper GPU (compute capability 9.x)'}",
     ]
     return lines + sizes.lines(cap.free_bytes)

@@ -18,6 +18,7 @@ import torch
 
 from autograder import config, specs
 from autograder.config import GradingConfig
+from autograder.measure import capability
 from autograder.specs.exercise import (
     UNIT_ROUNDOFF,
     CompiledExercise,
@@ -128,7 +129,10 @@ def _kernel_performance(ex: KernelExercise, cfg: GradingConfig) -> str:
     text = "; ".join(lines) + "."
     if ex.no_spills:
         text += " The compiled kernel must not spill registers to memory."
-    return text + _not_on_cpu(cfg)
+    if ex.warp_specialized:
+        text += (" A kernel it launches there must be warp-specialized by Triton (a producer warp group issuing "
+                 "the copies, consumer warp groups computing).")
+    return text + ("" if ex.hardware else _not_on_cpu(cfg))
 
 
 def _kernel_memory(ex: KernelExercise) -> str:
@@ -247,6 +251,12 @@ def graded_table(ex: Exercise, cfg: GradingConfig) -> str:
         lines.append(f"| {_NAMES.get(c, c)} | {text[0].upper()}{text[1:]} |")
     lines.append(f"\n*`check(\"{ex.id}\", {ex.function})` grades it; bars from the exercise's spec"
                  f"{' and ' + cfg.source.split('/')[-1] if cfg.source else ''}.*")
+    if ex.hardware:
+        lines.append(f"*Graded only on {capability.HARDWARE[ex.hardware]}: on any other GPU and on the CPU every "
+                     "criterion reads skip, with the reason, and nothing is held against you.*")
+    if ex.optional:
+        lines.append("*Optional: its graded cells carry 0 points. They say what passed and what did not, and "
+                     "count toward no grade.*")
     return "\n".join(lines)
 
 

@@ -27,6 +27,12 @@ class Exercise:
     # min_speedup_over_eager; a sub-dict per benchmark shape where there are several), with the measured headroom
     # that justifies them in a comment beside them. grading.toml may override them (GradingConfig.bar).
     bars: dict = dataclasses.field(default_factory=dict)
+    # The kind of GPU it is graded on: "" any (the interpreter included), "hopper" compute capability 9.x only.
+    # Elsewhere every criterion reads skip with the reason (autograder.measure.capability.missing_hardware): the
+    # hardware a student has never costs them a grade.
+    hardware: str = ""
+    # An optional exercise: its graded cells carry 0 points (feedback, not credit; tests/test_notebooks.py).
+    optional: bool = False
 
     @property
     def n_params(self) -> int:
@@ -88,6 +94,9 @@ class KernelExercise(Exercise):
     perf_shapes: dict = dataclasses.field(default_factory=dict)
     eager_name: str = "unfused eager PyTorch"  # what the timed yardstick `eager` is called in the feedback
     no_spills: bool = False  # performance also fails a kernel whose compiled code spills registers to memory
+    # Performance also fails unless a kernel the call launches at the benchmark size was warp-specialized by
+    # Triton (its compiled code holds a producer warp group): the exercise is the schedule, not only the speed.
+    warp_specialized: bool = False
     perf_dtype: torch.dtype = torch.bfloat16
     # Time the kernel and eager as replays of CUDA graphs: for a perf_shape whose kernel takes about as long as
     # the host takes to launch it (decode), where plain calls measure the launch path's noise.
