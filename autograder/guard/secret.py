@@ -18,6 +18,8 @@ EXTRA_SHAPES = {
     "05.flash_attention": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd"),
                            Shape((1, 1, 257, 128))),
     "05.linear_cross_entropy": (Shape((65, 48, 4097)), Shape((3, 72, 257), "confident int32"), Shape((2, 8, 2))),
+    "08.flash_attention_ws": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal"),
+                              Shape((1, 1, 257, 128))),
 }
 
 # Step exercises: extra lists of tensor sizes.

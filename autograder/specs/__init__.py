@@ -7,7 +7,7 @@ import importlib
 from autograder.specs.exercise import Exercise
 
 _MODULES = ("hbm_cost_model", "vertical_fusion", "horizontal_fusion", "gemm_epilogue_fusion", "streaming_reduction_fusion",
-            "compiler_fusion", "fusion_for_training", "decoder")  # autograder/specs/<name>.py, each with EXERCISES
+            "compiler_fusion", "fusion_for_training", "decoder", "hopper_attention")  # autograder/specs/<name>.py, each with EXERCISES
 _registry: dict[str, Exercise] | None = None
 
 
