@@ -29,6 +29,7 @@ from autograder.teach.figures_fusion import (
     horizontal_fusion,
     qkv_stacking,
 )
+from autograder.teach.figures_hopper import persistent_schedule, warp_schedules
 from autograder.teach.figures_memory import (  # noqa: F401  (memory_hierarchy_measured: notebook 01 calls it from here)
     memory_hierarchy,
     memory_hierarchy_measured,
@@ -101,6 +102,17 @@ DIAGRAMS = {
         flash_backward,
         ("FlashAttention's backward as two kernels: a key-parallel one accumulating dK and dV and a query-parallel "
         "one accumulating dQ, both using delta = rowsum(dO * O) and rebuilding P per tile.")),
+    ("08_hopper_attention", "warp_schedules.svg"): (
+        warp_schedules,
+        ("Three schedules of a FlashAttention key loop on one Hopper multiprocessor, as time lines: one group of "
+        "warps that copies and computes and waits for its tiles; a producer warp group copying K and V while two "
+        "consumer groups compute in step, so the tensor cores idle during both softmaxes; and ping-pong, where one "
+        "consumer's softmax runs under the other's matrix products and the tensor cores stay busy.")),
+    ("08_hopper_attention", "persistent_schedule.svg"): (
+        persistent_schedule,
+        ("Tiles of output on four multiprocessors over time: one program per tile loads, loops, stores and exits "
+        "before the next starts; a persistent program per multiprocessor loops over its tiles and loads the next "
+        "tile's queries while it stores the last tile's output, with the same partial last wave.")),
 }
 
 SVG_METADATA = {"Date": None, "Creator": None}
