@@ -47,8 +47,8 @@ from kernels.tma import first_that_compiles, hopper_or_newer, tma_ready
 def _flash_attention_ws_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, N_KV, qk_scale, BLOCK_M: tl.constexpr,
                                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
                                MASKED: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    # Causal: the last query blocks have the most keys; launching them first keeps the tail short.
     block_m = tl.num_programs(0) - 1 - tl.program_id(0) if CAUSAL else tl.program_id(0)
+    # Causal: the last query blocks have the most keys; launching them first (above) keeps the tail short.
     bh = tl.program_id(1).to(tl.int64)
     # One head's rows as a (N, D) matrix: the copy engine fills rows past its end with zeros, so no tile ever
     # reads the next head's keys. Made here, not on the host: see the module's docstring.
