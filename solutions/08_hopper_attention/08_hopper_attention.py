@@ -257,7 +257,7 @@ def nsight_compute():
         print("Nsight Compute: skipped, paste your notebook-05 flash_attention first (its cell is what ncu runs).")
         return
     q, k, v = qkv()
-    names = [k.name for k in compiled(lambda: fn(q, k, v))]
+    names = [k.name for k in compiled(lambda: fn(q, k, v))] or ["attention"]  # the Triton kernel it launches
     metrics, said = profiling.run_ncu(profiling.attention_script(source, "flash_attention", SHAPE), names[0])
     print(said)
     for line in profiling.summary(metrics) if metrics else []:
@@ -586,7 +586,8 @@ def ws_settings():
             print(f"{name:<46} did not compile or run here: {type(exc).__name__}: {str(exc).strip()[:120]}")
             continue
         split = any(f.warp_specialized for f in figures)
-        built = f"{'warp-specialized' if split else 'not specialized'}, {max(f.num_warps for f in figures)} warps"
+        warps = max((f.num_warps for f in figures), default=0)
+        built = f"{'warp-specialized' if split else 'not specialized'}, {warps} warps"
         regs = ", ".join(f"{f.n_regs} registers, {f.n_spills} spilled" for f in figures)
         if err > 3e-2:
             print(f"{name:<46} {built}: WRONG, largest error {err:.2g}")
