@@ -8,7 +8,7 @@ import torch
 
 from autograder import runtime
 from autograder import specs as registry
-from autograder.criteria import warmup
+from autograder.criteria import dry_run, warmup
 from autograder.criteria.cases import graded_dtypes
 from autograder.guard.secret import EXTRA_SHAPES
 
@@ -34,6 +34,7 @@ def test_nothing_is_compiled_ahead_in_the_interpreter(monkeypatch):
 
 def test_warm_up_calls_run_in_threads_and_their_errors_are_swallowed(monkeypatch):
     monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(dry_run, "available", lambda: False)  # the pool alone (the dry pass: test_dry_run.py)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(runtime, "device", lambda: torch.device("cpu"))
     monkeypatch.setattr(warmup, "graded_dtypes", lambda: [torch.float32, torch.float16])
@@ -175,7 +176,10 @@ def test_the_decoder_is_warmed_up_at_every_model_and_batch_its_criteria_run(monk
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(training, "first_step", first_step)
+    dry = []
+    monkeypatch.setattr(dry_run, "run_dry", lambda calls: dry.append(len(calls)) or 0)
     n, broken = warmup.compile_ahead(ex, lambda *a: None, ex.criteria)
+    assert dry == [len(want)]  # every case once dry first, then each for real from the pool
     assert n == len(seen) == len(want)
     assert sorted((c.batch, c.seq_len, str(d)) for _, c, d in seen) == sorted(
         (c.batch, c.seq_len, str(d)) for c, d in want)

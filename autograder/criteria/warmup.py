@@ -3,8 +3,9 @@
 A first check() compiles the student's kernel once per specialization that its cases cover (each dtype, each
 shape's divisibility, each tile setting the launcher picks): 33 cases and 47 s for notebook 04's GEMM on an
 H100. Triton compiles outside the GIL, so calling the function on each case's inputs from a few threads
-compiles side by side: 11 s for the same cases (triton 3.6). The results and errors of these calls are thrown
-away; the graded calls that follow, one at a time with every guard and hook in place, are the ones that count,
+compiles side by side: 11 s for the same cases (triton 3.6). Each case is first called dry (criteria.dry_run:
+the kernels of one call compile beside each other, none runs), then for real from the pool. The results and
+errors of these calls are thrown away; the graded calls that follow, one at a time with every guard and hook in place, are the ones that count,
 and they find the compiled kernels in memory. On the CPU (Triton's interpreter) nothing is compiled: no warm-up.
 
 A kernel under @triton.autotune would pick its configurations while other calls share the GPU: every choice
@@ -25,13 +26,14 @@ so that the criteria that time the kernel (fusion, performance) tune it with Tri
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from autograder import runtime
-from autograder.criteria import training
+from autograder.criteria import dry_run, training
 from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shapes, secret_shapes
 from autograder.guard.watch import Guarded
 from autograder.specs.exercise import KernelExercise, TrainingExercise
@@ -60,23 +62,29 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     todo = training.warm_cases(ex, criteria) if training_exercise else cases(ex, criteria)
     broken: list[str] = []
 
-    def call(case):
+    def one(case):
         shape, dtype = case
+        if training_exercise:
+            training.first_step(ex, fn, shape, dtype)
+            return
+        inputs = case_inputs(ex, shape, dtype, 0)
+        # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
+        fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
+        torch.cuda.synchronize()
+
+    def call(case):
         try:
-            if training_exercise:
-                training.first_step(ex, fn, shape, dtype)
-                return
-            inputs = case_inputs(ex, shape, dtype, 0)
-            # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
-            fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
-            torch.cuda.synchronize()
+            one(case)
         except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
+            shape, dtype = case
             if runtime.cuda_context_broken(exc):
                 broken.append(f"{'model' if training_exercise else 'shape'} {shape}, "
                               f"{str(dtype).removeprefix('torch.')}")
 
     tuners = autotuners(fn)
     chosen_before = {id(t): set(t.cache) for t in tuners}
+    # First every case dry (each kernel of a call compiling beside the others, nothing run), then each for real.
+    dry_run.run_dry([functools.partial(one, case) for case in todo])
     if len(todo) > 1:
         with ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
             list(pool.map(call, todo))
