@@ -209,9 +209,10 @@ FAKE_QUANT_TIMED = KernelExercise(
     id="06.fake_quant",
     # Inductor's code for the student's function, timed as it runs compiled, at 8192 x 4096 bf16: one read for the
     # maximum, one to scale, one write (3|x|). The repaired version compiled: 3 kernels, 0.82 of copy bandwidth on an
-    # H100, 0.75 on an H200; the broken one compiled (two graphs, a device-to-host copy between them): 0.46-0.54 and
-    # 0.47; eager broken: 0.1.
-    bars=dict(min_fraction_of_peak=0.6, min_speedup_over_eager=1.1),
+    # H100 (0.72 at its slowest of 5 runs on 2026-11-26), 0.75 on an H200; the broken one compiled (two graphs, a
+    # device-to-host copy between them): 0.46-0.54 and 0.47; eager broken: 0.1. The bar, 0.57, keeps 1.25x below the
+    # repaired version's slowest run; the broken version also fails the graph criterion, whatever its speed.
+    bars=dict(min_fraction_of_peak=0.57, min_speedup_over_eager=1.1),
     notebook=NOTEBOOK,
     function="fake_quant",
     signature="fake_quant(x) -> y",
@@ -230,9 +231,10 @@ FAKE_QUANT = CompiledExercise(
     id="06.fake_quant",
     # Inductor's code for the student's function, timed as it runs compiled, at 8192 x 4096 bf16: one read for the
     # maximum, one to scale, one write (3|x|). The repaired version compiled: 3 kernels, 0.82 of copy bandwidth on an
-    # H100, 0.75 on an H200; the broken one compiled (two graphs, a device-to-host copy between them): 0.46-0.54 and
-    # 0.47; eager broken: 0.1.
-    bars=dict(min_fraction_of_peak=0.6, min_speedup_over_eager=1.1),
+    # H100 (0.72 at its slowest of 5 runs on 2026-11-26), 0.75 on an H200; the broken one compiled (two graphs, a
+    # device-to-host copy between them): 0.46-0.54 and 0.47; eager broken: 0.1. The bar, 0.57, keeps 1.25x below the
+    # repaired version's slowest run; the broken version also fails the graph criterion, whatever its speed.
+    bars=dict(min_fraction_of_peak=0.57, min_speedup_over_eager=1.1),
     notebook=NOTEBOOK,
     function="fake_quant",
     signature="fake_quant(x) -> y",
