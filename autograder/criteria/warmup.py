@@ -38,8 +38,6 @@ from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shap
 from autograder.guard.watch import Guarded
 from autograder.specs.exercise import KernelExercise, TrainingExercise
 
-MAX_THREADS = 16  # ptxas runs outside the GIL: one thread a core of a 16-core GPU machine
-
 
 def cases(ex: KernelExercise, criteria) -> list:
     """(shape, dtype) of every case the named criteria run at small sizes, each once."""
@@ -86,7 +84,7 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     # First every case dry (each kernel of a call compiling beside the others, nothing run), then each for real.
     dry_run.run_dry([functools.partial(one, case) for case in todo])
     if len(todo) > 1:
-        with ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
+        with ThreadPoolExecutor(min(dry_run.MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
             list(pool.map(call, todo))
     _forget(tuners, chosen_before)
     return len(todo), sorted(broken)
@@ -112,12 +110,15 @@ def _one_timed_call(kernel_call, quantiles=None, **_):
     return [ms] * len(quantiles) if quantiles else ms
 
 
+_MISSING = object()  # an instance that had not looked its benchmark up yet
+
+
 @contextlib.contextmanager
 def quick_tuning(fn):
     """Within: every autotuner fn reaches chooses its launch settings by one timed call a configuration. After: the
     choices made within are forgotten and each autotuner's own benchmark is back. Nothing changes where the
     autotuner's class keeps its benchmark otherwise than Triton 3.6-3.9 do (an instance's cached `do_bench`)."""
-    tuners = [t for t in autotuners(fn) if runtime.has_gpu() and _benchmark_is_cached(t)]
+    tuners = [t for t in autotuners(fn) if _benchmark_is_cached(t)] if runtime.has_gpu() else []
     chosen_before = {id(t): set(t.cache) for t in tuners}
     saved = {id(t): t.__dict__.get("do_bench", _MISSING) for t in tuners}
     for t in tuners:
@@ -133,14 +134,9 @@ def quick_tuning(fn):
         _forget(tuners, chosen_before)
 
 
-_MISSING = object()
-
-
 def _benchmark_is_cached(tuner) -> bool:
     """Whether the autotuner finds its benchmark through an attribute an instance can shadow (functools'
     cached_property, as in Triton 3.4 and later)."""
-    import functools
-
     return isinstance(getattr(type(tuner), "do_bench", None), functools.cached_property)
 
 
