@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import classroom
 import corpus_cases as corpus
@@ -34,8 +35,12 @@ def _cells(case) -> dict:
     return {gid: body for gid, body in zip(parts[1::2], parts[2::2])}
 
 
+# As an instructor with several GPUs runs it: one student per GPU at a time (on one GPU or none, one at a time).
+SLOTS = ["--gpus", "all"] if torch.cuda.device_count() > 1 else []
+
+
 def _grade_class(work, *args):
-    return subprocess.run([sys.executable, "-m", "autograder", "grade-class", NAME, "--timeout", "120", *args],
+    return subprocess.run([sys.executable, "-m", "autograder", "grade-class", NAME, "--timeout", "120", *SLOTS, *args],
                           cwd=work, capture_output=True, text=True, timeout=3600, check=False,
                           env={**build.tool_env(), "FUSION_COURSE_SANDBOX": "off"})
 
