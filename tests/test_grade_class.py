@@ -221,3 +221,20 @@ def test_each_student_gets_a_private_copy_of_the_font_list(tmp_path):
     ours = sorted(p.name for p in Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))
     theirs = sorted(p.name for p in Path(private).glob("fontlist-*.json"))
     assert ours and theirs == ours
+
+
+def test_the_grading_process_result_is_read_whatever_is_written_after_it():
+    """Its JSON line is read though a warning at interpreter exit, or a leftover process, writes after it; a
+    line that only looks like it is not taken for it; no line at all is no result."""
+    from autograder.classroom.process import student_result
+
+    line = '{"success": true, "reason": "", "log": "", "error": ""}'
+    assert student_result(f"[NbGraderAPI] autograding\n{line}\n") == {"success": True, "reason": "", "log": "",
+                                                                     "error": ""}
+    noisy = f"{line}\nException ignored in: <function _after_at_fork>\nTraceback (most recent call last):\n  ...\n"
+    assert student_result(noisy)["success"] is True
+    assert student_result('{"success": true, "reason": "\n') == {}  # cut off: no result
+    assert student_result('{"success" is in this text but it is no JSON}\n[1, 2]\n') == {}
+    assert student_result("") == {}
+    earlier = '{"success": false, "reason": "the kernel died"}'
+    assert student_result(f"{earlier}\n{line}\nwarning\n")["success"] is True  # the last one counts

@@ -129,6 +129,22 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
     return status, reason
 
 
+def student_result(output: str) -> dict:
+    """The grading process's result: the last line of its output that is its JSON object (student.py prints it
+    last, but a warning at interpreter exit, or a process the notebook left, may write after it); {} if none."""
+    for line in reversed(output.strip().splitlines()):
+        line = line.strip()
+        if not (line.startswith("{") and '"success"' in line):
+            continue
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and "success" in result:
+            return result
+    return {}
+
+
 def save_judged(work: Path, verdicts: list[dict]) -> None:
     """The judge's record, into the workspace once nothing of the student's runs: its verdicts (gradebook.py
     checks the graded cells against them) and its performance figures (the leaderboard's)."""
@@ -164,11 +180,7 @@ def _graded(work: Path, cmd: list[str], env: dict, timeout: float, running: Runn
     finally:
         running.discard(proc.pid)
         end_leftovers()
-    lines = output.strip().splitlines()
-    try:
-        result = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        result = {}
+    result = student_result(output)
     graded = list(produced.glob("*.ipynb"))
     if proc.returncode == 0 and result.get("success") and graded:
         return GRADED, ""
