@@ -132,10 +132,7 @@ def grade_one(work: Path, assignment: str, student: str, timeout: float, grading
 def student_result(output: str) -> dict:
     """The grading process's result: the last line of its output that is its JSON object (student.py prints it
     last, but a warning at interpreter exit, or a process the notebook left, may write after it); {} if none."""
-    for line in reversed(output.strip().splitlines()):
-        line = line.strip()
-        if not (line.startswith("{") and '"success"' in line):
-            continue
+    for line in reversed(output.splitlines()):
         try:
             result = json.loads(line)
         except ValueError:

@@ -84,7 +84,8 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     # First every case dry (each kernel of a call compiling beside the others, nothing run), then each for real.
     dry_run.run_dry([functools.partial(one, case) for case in todo])
     if len(todo) > 1:
-        with ThreadPoolExecutor(min(dry_run.MAX_THREADS, os.cpu_count() or 1, len(todo)), "fusion-course-warmup") as pool:
+        threads = min(dry_run.MAX_THREADS, os.cpu_count() or 1, len(todo))
+        with ThreadPoolExecutor(threads, "fusion-course-warmup") as pool:
             list(pool.map(call, todo))
     _forget(tuners, chosen_before)
     return len(todo), sorted(broken)
