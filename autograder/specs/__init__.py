@@ -6,8 +6,18 @@ import importlib
 
 from autograder.specs.exercise import Exercise
 
-_MODULES = ("hbm_cost_model", "vertical_fusion", "horizontal_fusion", "gemm_epilogue_fusion", "streaming_reduction_fusion",
-            "compiler_fusion", "fusion_for_training", "decoder", "hopper_attention")  # autograder/specs/<name>.py, each with EXERCISES
+# autograder/specs/<name>.py, each with EXERCISES, in the course's order (one line each)
+_MODULES = (
+    "hbm_cost_model",
+    "vertical_fusion",
+    "horizontal_fusion",
+    "gemm_epilogue_fusion",
+    "streaming_reduction_fusion",
+    "compiler_fusion",
+    "fusion_for_training",
+    "decoder",
+    "hopper_attention",
+)
 _registry: dict[str, Exercise] | None = None
 
 
