@@ -44,8 +44,19 @@ def _batch(ex: TrainingExercise, case: TrainingCase, seed: int, device):
     return tokens.to(device), targets.to(device)
 
 
-def _loss_and_grads(ex: TrainingExercise, fn, params: dict, tokens, targets, config, launches=None):
-    """(loss, {name: grad}) from fn, or raises ValueError naming what is malformed."""
+def incoming_gradient(seed: int) -> float:
+    """The loss's gradient correctness hands the backward: as under loss scaling or gradient accumulation, not 1,
+    so that a backward which forgets to multiply by it is caught. Drawn from the case's seed, 0.35 to 0.7 or 1.4
+    to 2.8."""
+    gen = torch.Generator().manual_seed(seed)
+    u, below = torch.rand(2, generator=gen).tolist()
+    return 2.0 ** ((0.5 + u) * (-1 if below < 0.5 else 1))
+
+
+def _loss_and_grads(ex: TrainingExercise, fn, params: dict, tokens, targets, config, launches=None,
+                    dloss: float = 1.0):
+    """(loss, {name: grad}) from fn, the gradients for the loss's gradient dloss, or raises ValueError naming what
+    is malformed."""
     launches = launches if launches is not None else TritonLaunches()
     with launches, torch.enable_grad():
         loss = fn(params, tokens, targets, config)
@@ -60,7 +71,7 @@ def _loss_and_grads(ex: TrainingExercise, fn, params: dict, tokens, targets, con
         if not loss.requires_grad:
             raise ValueError("the loss does not require grad: it is not connected to the parameters (detached, or "
                              "computed under torch.no_grad), so there is no backward to grade")
-        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        grads = torch.autograd.grad(loss, list(params.values()), torch.full_like(loss, dloss), allow_unused=True)
     sync()
     missing = [n for n, g in zip(params, grads) if g is None]
     if missing:
@@ -81,17 +92,19 @@ def _grade_case(ex: TrainingExercise, fn, case: TrainingCase, dtype, seed: int) 
     params = ex.init(case.config, dtype, device, seed)
     tokens, targets = _batch(ex, case, seed, device)
     launches = TritonLaunches()
+    dloss = incoming_gradient(seed)
     try:
-        loss, grads = _loss_and_grads(ex, fn, params, tokens, targets, case.config, launches)
+        loss, grads = _loss_and_grads(ex, fn, params, tokens, targets, case.config, launches, dloss)
     except ValueError as exc:
         return [str(exc)], math.inf
     except Exception as exc:  # noqa: BLE001  the student's code: its error is the feedback
         return [student_error(exc, ex.function)], math.inf
-    where = f"({case}, {dtype_name(dtype)})"
+    where = f"({case}, {dtype_name(dtype)}, the loss's gradient {dloss:.3f})"
     if launches.count == 0:
         return [f"no Triton kernel ran {where}: the model must run on your kernels"], math.inf
     ref_loss, ref_grads = ex.reference(params, tokens, targets, case.config)
-    eager_loss, eager_grads = _loss_and_grads(ex, ex.eager, params, tokens, targets, case.config)
+    ref_grads = {n: g * dloss for n, g in ref_grads.items()}
+    eager_loss, eager_grads = _loss_and_grads(ex, ex.eager, params, tokens, targets, case.config, dloss=dloss)
     floor = ex.precision_floor.get(dtype, 8 * UNIT_ROUNDOFF[dtype])
     problems, worst = [], 0.0
     checks = [("the loss", loss, eager_loss, ref_loss)] + [
@@ -109,7 +122,12 @@ def _grade_case(ex: TrainingExercise, fn, case: TrainingCase, dtype, seed: int) 
         if err > bound:
             problems.append(f"{what}: relative error {err:.2e} against float64, eager PyTorch's {eager_err:.2e}; "
                             f"allowed {bound:.2e} {where}")
-    if len(problems) > 1 and problems[0].startswith("the loss"):
+    unscaled = [n for n in params if _rel(grads[n], ref_grads[n] / dloss) < 0.1 * _rel(grads[n], ref_grads[n])]
+    if unscaled and problems:
+        problems.insert(0, f"the gradients of {', '.join(unscaled[:3])}{' ...' if len(unscaled) > 3 else ''} are "
+                        f"those of a loss whose gradient is 1, but the backward was handed {dloss:.3f}: a backward "
+                        "must multiply what it returns by the gradient it receives (dloss, as under loss scaling)")
+    elif len(problems) > 1 and problems[0].startswith("the loss"):
         problems.insert(0, "the loss itself is wrong: look at the forward pass first")
     elif len(problems) > 1:
         problems.insert(0, "the loss is right but gradients are not: a backward is wrong (the first parameter "
@@ -134,7 +152,8 @@ def correctness(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
         return CriterionResult("correctness", FAILED, "\n".join(problems), figures)
     return CriterionResult("correctness", PASSED, (
         f"loss and all gradients within {ex.precision_factor:g}x eager PyTorch's error against float64 in "
-        f"{', '.join(dtype_name(d) for d in _dtypes())} ({len(cases)} model(s); the closest came to "
+        f"{', '.join(dtype_name(d) for d in _dtypes())}, for a loss's gradient other than 1 ({len(cases)} "
+        f"model(s); the closest came to "
         f"{worst:.2f} of its bound)"), figures)
 
 
