@@ -14,6 +14,7 @@ _MODULES = (
     "gemm_epilogue_fusion",
     "streaming_reduction_fusion",
     "compiler_fusion",
+    "training_predictions",
     "fusion_for_training",
     "decoder",
     "hopper_attention",

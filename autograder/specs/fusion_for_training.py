@@ -1,5 +1,5 @@
 """Notebook 07, fusion for training: FlashAttention's backward pass, and a linear layer with cross-entropy whose
-forward and backward never hold the logits."""
+forward and backward never hold the logits. (The notebook's predictions are in training_predictions.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from autograder.specs import streaming_reduction_fusion as fa
 from autograder.specs.exercise import (
     UNIT_ROUNDOFF,
     KernelExercise,
-    NumericExercise,
     Shape,
 )
 from autograder.specs.streaming_reduction_fusion import (
@@ -239,61 +238,6 @@ def _without_delta(q, k, v, o, lse, do, causal):
     return ds @ kd, ds.transpose(-1, -2) @ qd, p.transpose(-1, -2) @ dod
 
 
-# --- 0. Predict, then measure: what autograd keeps for attention's backward -------------------------------
-
-NOTEBOOK_07 = "07_fusion_for_training"
-
-
-def saved_for_backward_reference(batch: int, heads: int, n: int, d: int, elem_bytes: int) -> tuple[int, int]:
-    """(textbook, flash) bytes saved for the backward beyond q, k, v, for softmax(q kᵀ / √d) v over (batch, heads,
-    n, d) inputs of elem_bytes: the textbook version keeps its n x n probabilities P in the inputs' dtype (the
-    softmax's output, which the product with v keeps too: one tensor); a fused attention keeps its output o and
-    one float32 log-sum-exp per query row."""
-    rows = batch * heads * n
-    return rows * n * elem_bytes, rows * (d * elem_bytes + 4)
-
-
-def _saved_cases(rng):
-    cases = [(4, 16, 8192, 128, 2), (1, 16, 4096, 128, 2), (1, 2, 64, 64, 4)]
-    for _ in range(4):
-        cases.append((rng.randint(1, 8), rng.randint(1, 32), rng.randint(1, 20000), rng.choice([16, 32, 64, 128]),
-                      rng.choice([2, 4])))
-    return cases
-
-
-def _diagnose_saved(args, got, expected):
-    b, h, n, d, e = args
-    rows = b * h * n
-    close = lambda a, c: math.isclose(a, c, rel_tol=1e-9)  # noqa: E731
-    if close(got[0], rows * n) or close(got[1], rows * (d + 1)):
-        return "the counts are in elements: multiply by elem_bytes (and 4 bytes for each float32 log-sum-exp)"
-    if close(got[0], 2 * rows * n * e) or close(got[0], rows * n * (e + 4)):
-        return "autograd keeps P once: the softmax's output and the operand of P @ v are the same tensor"
-    if close(got[1], rows * d * e):
-        return "the fused attention also keeps one float32 log-sum-exp per query row, to rebuild P in the backward"
-    if close(got[1], rows * (d * e + e)):
-        return "the log-sum-exp is float32 (4 bytes), whatever the inputs' dtype"
-    if close(got[0], expected[0] + 3 * rows * d * e) or close(got[1], expected[1] + 3 * rows * d * e):
-        return "q, k and v are the layer's inputs, alive anyway: count only what the backward adds"
-    return None
-
-
-PREDICT_SAVED = NumericExercise(
-    id="07.predict_saved",
-    notebook=NOTEBOOK_07,
-    function="saved_for_backward",
-    signature="saved_for_backward(batch, heads, n, d, elem_bytes) -> (textbook_bytes, flash_bytes)",
-    summary="The bytes autograd saves for attention's backward beyond q, k, v: the textbook version's n x n "
-            "probabilities against a fused attention's output and log-sum-exp; the notebook then measures both "
-            "with a saved-tensor hook.",
-    criteria=("correctness",),
-    cases=_saved_cases,
-    reference=saved_for_backward_reference,
-    rtol=1e-9,
-    diagnose=_diagnose_saved,
-)
-
-
 FLASH_ATTENTION_BACKWARD = KernelExercise(
     id="07.flash_attention_backward",
     kernel="flash_attention_backward",  # its reference solution: kernels/flash_attention_backward.py
@@ -441,4 +385,4 @@ LINEAR_CROSS_ENTROPY_BACKWARD = KernelExercise(
 )
 
 
-EXERCISES = (PREDICT_SAVED, FLASH_ATTENTION_BACKWARD, LINEAR_CROSS_ENTROPY_BACKWARD)
+EXERCISES = (FLASH_ATTENTION_BACKWARD, LINEAR_CROSS_ENTROPY_BACKWARD)

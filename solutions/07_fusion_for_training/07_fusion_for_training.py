@@ -9,13 +9,14 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 07 · Fusion for training: backward kernels, and what to save for them
 #
-# **About 12 to 20 hours · difficulty ★★★ · prerequisites: notebooks 02 (RMSNorm's backward), 04 (the tiled
+# **About 13-20 h · difficulty ★★★ · prerequisites: notebooks 02 (RMSNorm's backward), 04 (the tiled
 # GEMM), 05 (FlashAttention's forward, the linear cross-entropy) and 06 (autograd around your own kernels).**
 # This is the course's longest notebook; plan it as four sessions:
 #
 # 1. sections 1 and the prediction (07.predict_saved): what the backward needs, about 2 hours;
-# 2. section 2, FlashAttention's backward (07.flash_attention_backward), 4 to 6 hours;
-# 3. section 3, the linear cross-entropy forward and backward (07.linear_cross_entropy_backward), 3 to 5 hours;
+# 2. section 2, FlashAttention's backward (07.predict_backward_flops, 07.flash_attention_backward), 4 to 6 hours;
+# 3. section 3, the linear cross-entropy forward and backward (07.predict_logits_bytes,
+#    07.linear_cross_entropy_backward), 3 to 5 hours;
 # 4. section 4, the capstone decoder (07.decoder), 4 to 7 hours, most of it making it fast.
 #
 # Terms are defined where they first appear; the course's [glossary](../../docs/glossary.md) has them all.
@@ -24,7 +25,8 @@
 # backward pass, and that is where fusion gets hard: the backward needs intermediate values of the forward, and
 # a fused forward is precisely the kernel that never wrote them. FlashAttention's forward keeps its `N × N`
 # probabilities in registers; its backward needs them again. The fused cross-entropy of notebook 05 never holds
-# the logits; their gradient is the logits' softmax. Each intermediate is either **saved** (written in the
+# the logits, and their gradient needs them: the gradient of the cross-entropy with respect to the logits is
+# their softmax minus the one-hot of each row's target (divided by the number of rows, for the mean). Each intermediate is either **saved** (written in the
 # forward, read in the backward: memory, and bytes both ways) or **recomputed** (the backward does that part of
 # the forward again: flops). Fusing for training is choosing, value by value. (Autograd is PyTorch's automatic
 # differentiation: as the forward runs it records each op and the tensors that op's backward will need, its
@@ -137,9 +139,27 @@ def timed_in_turns(calls, desc, rounds=3, rep=30):
 # * `flash_bytes`: for a fused attention such as SDPA or your notebook-05 kernel, which keeps its output `o` and
 #   one float32 log-sum-exp per query row.
 #
-# **Hints** *(optional)*. Walk the three lines and ask what each op's backward needs: the product `q kᵀ` needs
-# `q` and `k` (inputs), the scaling a constant, the softmax its output, the product with `v` its two operands.
-# A tensor kept twice is stored once.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Walk the three lines of `attention_textbook` and ask, op by op, what that op's backward needs to know.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# The product `q kᵀ` needs `q` and `k` (inputs: free), the scaling a constant, the softmax its own output `P`,
+# and the product with `v` its two operands, `P` and `v`. A tensor kept by two ops is stored once. The fused
+# version keeps `o`, `(batch, heads, n, d)`, and one float32 per query row.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# With `rows = batch · heads · n`: the textbook keeps `rows · n` elements of `elem_bytes`, the fused one
+# `rows · d` elements of `elem_bytes` plus `4 · rows` bytes. The traps: counting `P` twice, and giving the
+# log-sum-exp the inputs' size instead of 4 bytes.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -330,12 +350,140 @@ plt.show()
 # 3. `dQ`: a program per block of `BLOCK_M` queries walks the key tiles, as the forward did, and accumulates
 #    `dQ += dS K`.
 #
-# The price: `S` and `dP` are computed twice (once in each kernel), seven tile products instead of five.
-# Flops: the five products the math needs are `5 · 2·N·N_kv·D` per head, 2.5 times the forward's; a causal mask
-# halves them (the tiles above the diagonal are skipped in both loops). Bytes: `q, k, v, o, dO` read and
+# The price: `S` and `dP` are computed twice (once in each kernel), two tile products more than the math needs.
+# Flops: you count the products the math needs in the exercise below, against the forward's. Bytes: `q, k, v, o, dO` read and
 # `dQ, dK, dV` written once each, a few floats per row; `K` and `V` (in the `dQ` loop) and `Q, dO` (in the
 # `dK, dV` loop) are re-read per block, mostly from L2. At `N = 4096`, `D = 128` the arithmetic intensity is in
 # the thousands of flops per byte: compute-bound, judged in TFLOP/s.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-flops-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 07.predict_backward_flops · Count the backward's flops   (about 15 min · ★☆☆)
+#
+# **Spec.** `attention_flops(batch, heads, n, d, causal) -> (forward_flops, backward_flops)`, two integers: the
+# flops of attention's matrix products for `q, k, v` of shape `(batch, heads, n, d)`, in the forward
+# (`S = Q Kᵀ`, `O = P V`) and in the backward derived above, which starts by rebuilding `S`. Count 2 flops a
+# multiply-add, leave out the softmax's elementwise work, and count the products the math needs (not those a
+# schedule computes twice). `causal`: the tiles above the diagonal are skipped, in both passes.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Every product here multiplies an `n × d` matrix by a `d × n` one, or an `n × n` by an `n × d`: the same count
+# each. List the products of each pass, then multiply.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# One product of one head costs `2 · n · n · d` flops. The forward has two; go down the derivation's bullets
+# for the backward (`S` rebuilt, then one product per gradient or intermediate it names). Multiply by
+# `batch · heads`, and halve both totals when `causal`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The backward's products are `S`, `dV = Pᵀ dO`, `dP = dO Vᵀ`, `dQ = dS K` and `dK = dSᵀ Q`: five. The traps:
+# counting `n · n · d` (multiply-adds, not flops), the seven products of the two-kernel schedule, and halving
+# only one pass for `causal`. Integers: `//` where you halve.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 07.predict_backward_flops -->
+
+# %% nbgrader={"grade": false, "grade_id": "attention_flops", "locked": false, "schema_version": 3, "solution": true}
+def attention_flops(batch: int, heads: int, n: int, d: int, causal: bool) -> tuple[int, int]:
+    """(forward_flops, backward_flops) of attention's matrix products over q, k, v of shape (batch, heads, n, d),
+    2 flops a multiply-add; a causal mask halves both."""
+    ### BEGIN SOLUTION
+    product = 2 * batch * heads * n * n * d  # one n x n x d product, every head
+    halve = 2 if causal else 1
+    return 2 * product // halve, 5 * product // halve  # forward: S, O; backward: S, dV, dP, dQ, dK
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_backward_flops", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("07.predict_backward_flops", attention_flops, criteria=["correctness"]).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "flops-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Measured: the rate your count gives
+#
+# The cell times SDPA's forward and its backward alone (the forward run once before), in turns, at
+# (4, 16, N, 128) bf16 over `N`, causal and not, and divides your counts by the times: TFLOP/s of each pass
+# against this GPU's matmul peak, and the backward's time over the forward's against the ratio your counts
+# predict. Without a GPU it prints your counts and times nothing.
+
+# %% nbgrader={"grade": false, "grade_id": "flops-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+FL_B, FL_H, FL_D = sizes.ATTENTION_BHD if ON_GPU else (1, 2, 64)
+FL_NS = runtime.demo_points([1024, 2048, 4096, 8192] if ON_GPU else [64, 256])
+try:
+    counted = {(n, c): attention_flops(FL_B, FL_H, n, FL_D, c) for n in FL_NS for c in (False, True)}
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+    if not not_written(exc):
+        raise
+    print(f"attention_flops is not written yet ({type(exc).__name__}): nothing to measure against")
+    counted = {}
+fl_ms = {}
+if ON_GPU and counted:
+    sdpa_backward_alone = bwd_ops.SdpaBackward()
+    for n in tqdm(FL_NS, desc="SDPA forward and backward over sequence lengths"):
+        for causal in (False, True):
+            q, k, v, do = (torch.randn(FL_B, FL_H, n, FL_D, device=DEVICE, dtype=torch.bfloat16) for _ in range(4))
+            fl_ms[(n, causal)] = timed_in_turns(
+                {"forward": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                 "backward": lambda: sdpa_backward_alone(q, k, v, None, None, do, causal)},
+                desc=f"N = {n}{', causal' if causal else ''}")
+            del q, k, v, do
+    del sdpa_backward_alone
+    torch.cuda.empty_cache()
+if fl_ms:
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.2))
+    ax.axhline(peak_tflops, color="k", ls="--", lw=1, label=f"matmul peak ({peak_tflops:.0f} TFLOP/s)")
+    for i, which in enumerate(("forward", "backward")):
+        for causal, style in ((False, "o-"), (True, "x--")):
+            rate = [counted[(n, causal)][i] / (fl_ms[(n, causal)][which] * 1e9) for n in FL_NS]
+            ax.semilogx(FL_NS, rate, style, color=f"C{i}", label=f"SDPA {which}{', causal' if causal else ''}")
+    ax.set(xlabel="sequence length N", ylabel="TFLOP/s (your count / measured time)",
+           title=f"({FL_B}, {FL_H}, N, {FL_D}) bf16, {peak_label}")
+    for causal, style in ((False, "o-"), (True, "x--")):
+        bx.semilogx(FL_NS, [fl_ms[(n, causal)]["backward"] / fl_ms[(n, causal)]["forward"] for n in FL_NS], style,
+                    label=f"measured{', causal' if causal else ''}")
+    bx.axhline(counted[(FL_NS[0], False)][1] / counted[(FL_NS[0], False)][0], color="k", ls=":",
+               label="your counts' ratio")
+    bx.set(xlabel="sequence length N", ylabel="backward time / forward time", title="SDPA, backward against forward")
+    for a in (ax, bx):
+        a.set_xticks(FL_NS, [str(n) for n in FL_NS])
+        a.minorticks_off()
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
+    for (n, causal), ms in fl_ms.items():
+        fwd, bwd = counted[(n, causal)]
+        print(f"N={n:<5} causal={causal!s:<5} forward {ms['forward']:.3f} ms = {fwd / ms['forward'] / 1e9:5.0f} "
+              f"TFLOP/s, backward {ms['backward']:.3f} ms = {bwd / ms['backward'] / 1e9:5.0f} TFLOP/s, "
+              f"time ratio {ms['backward'] / ms['forward']:.2f} (your counts: {bwd / fwd:.2f})")
+elif counted:
+    for (n, causal), (fwd, bwd) in counted.items():
+        print(f"N={n:<4} causal={causal!s:<5} your counts: forward {fwd:.3g} flops, backward {bwd:.3g} flops")
+    print("No GPU: nothing was timed; on a GPU this cell divides your counts by SDPA's measured times.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-backward-rate-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question.** Your counts say the backward does 2.5 times the forward's flops. On a GPU, does SDPA's backward
+# take 2.5 times its forward's time, and does it reach the forward's TFLOP/s? Name two things the backward does
+# that your count leaves out or that keep the tensor cores less busy than in the forward.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-backward-rate", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Expect more than 2.5 times the forward's time (the plot shows how much more on this GPU), so its rate by the
+# count is lower. The count leaves out work the
+# backward cannot avoid: the `delta = rowsum(dO ∘ O)` pass, rebuilding `P` with one `exp` per score and forming
+# `dS = P ∘ (dP − delta)` elementwise, and, in a schedule that avoids atomics, `S` and `dP` computed a second
+# time. And its products run less efficiently: a program holds more operands and float32 accumulators (`dK`
+# and `dV`, or `dQ`), so tiles are smaller or fewer programs fit on an SM; `dQ` is added across programs (with
+# float atomics or a second kernel), and `P` and `dS` are rounded and fed back as operands between products, a
+# dependency the forward has only once per tile.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attention-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 07.flash_attention_backward · FlashAttention's backward in three launches   (about 5 h · ★★★)
@@ -347,12 +495,39 @@ plt.show()
 # `out`, if given, is three tensors to write the gradients into (the capstone uses it; the grader does not).
 # Causal: query `i` sees keys `j ≤ i`. At most three launches.
 #
-# **Hints** *(optional)*. The stubs below follow the two-kernel schedule of the text: `delta`, then `dK, dV`, then
-# `dQ`; your own schedule is welcome within three launches. Rebuild `P` as `exp2(s · log2(e)/√D − lse · log2(e))`;
-# keep sums in float32 and round `P` and `dS` to the inputs' dtype only as operands of `tl.dot`
-# (`input_precision="ieee"` for float32). Skip the tiles a causal mask hides entirely, and mask only those across
-# the diagonal. Speed: put the loop over the tiles that need no mask in a helper called twice (unmasked, then
-# masked), and try a third pipeline stage for the `dQ` loop.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# `P` can be rebuilt exactly, tile by tile, from the saved log-sum-exp; then follow the derivation. Its sums run
+# along two axes (`dK`, `dV` over queries, `dQ` over keys), so give each axis a pass of its own.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# The stubs follow the text's schedule: `_delta_kernel`, a row reduction; `_dkdv_kernel`, a program per block of
+# keys that loads its `K` and `V` once and loops over the query blocks, accumulating `dV += Pᵀ dO` and
+# `dK += dSᵀ Q`; `_dq_kernel`, a program per block of queries that loops over the key blocks, accumulating
+# `dQ += dS K`. Accumulators in float32; `1/√D` applied to `dQ` and `dK` once, at the store. Your own schedule is
+# welcome within three launches.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Rebuild `P` as `exp2(s · log2(e)/√D − lse · log2(e))`; round `P` and `dS` to the inputs' dtype only as
+# operands of `tl.dot` (`input_precision="ieee"` for float32). The traps: with `causal`, the key block's loop
+# starts at the query block holding its first key, tiles wholly hidden are skipped and the diagonal ones masked;
+# rows past `N` and keys past `N_kv` must contribute zero; the inputs are strided views (pass every stride);
+# `out`, when given, is written into, not replaced.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Put the loop over the tiles that need no mask in a helper called twice (unmasked, then masked only across the
+# diagonal), and try a third pipeline stage (`num_stages=3`) for the `dQ` loop; time each kernel alone over
+# `BLOCK_M`, `BLOCK_N` and `num_warps`.
+#
+# </details>
 #
 # **Graded.** Correctness on shapes from 1 × 1 × 1 × 16 up, causal and not; precision against float64 gradients
 # for `N` = 64 to 1024; (GPU) speed at (4, 16, 4096, 128) bf16 against SDPA's own backward on this GPU and against
@@ -536,9 +711,10 @@ else:
 # reasons are in its design: the `dK, dV` kernel holds two `BLOCK_N × D` float32 accumulators and issues four tile
 # products per step, so at `D = 128` its registers leave room for one program per SM; and `S` and `dP` are
 # computed twice, once in each kernel. The published FlashAttention-2 and -3 backward passes compute them once and
-# add `dQ` with float atomics instead, and FlashAttention-3 overlaps one warp group's softmax arithmetic with
-# another's tensor-core products (*warp specialisation*: groups of warps given different jobs), which Triton does
-# not do for this loop on Hopper.
+# add `dQ` with float atomics instead. FlashAttention-3 also splits each program's warps into a producer, which
+# only issues the TMA loads, and consumer warp groups, which compute (*warp specialisation*, notebook 08), and
+# alternates two consumer warp groups so that one's softmax arithmetic runs while the other's tensor-core
+# products do (*ping-pong scheduling*), which Triton does not do for this loop on Hopper.
 #
 # **Reference run.** The course's reference solution on an H100 (torch 2.11, Triton 3.6, bf16), at (4, 16, 4096,
 # 128): 386 TFLOP/s not causal and 321 causal; SDPA's backward (cuDNN's on Hopper) 523 and 439; its
@@ -578,10 +754,53 @@ else:
 # 3. `dh_c = dlogits_c W`: these `C` rows of `dh` are finished;
 # 4. `dW += dlogits_cᵀ h_c`: a GEMM whose epilogue adds the previous chunks' sum.
 #
-# Memory beyond the outputs: one chunk's logits and gradient, `C·V·(4 + e)` bytes, instead of `≥ 8·M·V`.
-# Flops: the three products, `6·M·V·K`, nothing recomputed. The price of chunking is in step 4: `dW` (V × K,
+# Memory beyond the outputs: one chunk's logits and their gradient instead of all of them (the exercise below
+# counts the bytes). Flops: the three products, `6·M·V·K`, nothing recomputed. The price of chunking is in step 4: `dW` (V × K,
 # 1 GiB at 128256 × 4096 in bf16) is read and written once per chunk, so chunks should not be too small. The
 # loss is returned already reduced (the mean over rows, float32), and the gradients are those of that mean.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-logits-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 07.predict_logits_bytes · The logits, whole or a chunk at a time   (about 10 min · ★☆☆)
+#
+# **Spec.** `logits_bytes(n, v, chunk) -> (whole_bytes, chunk_bytes)`, two integers: the bytes of the float32
+# logits of `n` rows over a vocabulary of `v`, all of them (as eager PyTorch holds them) and one chunk of at most
+# `chunk` rows (as the chunked forward and backward holds them, one chunk at a time).
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# A logit is one number per row and word; ask how many rows exist at once in each version, and how large a
+# float32 is.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `whole = rows · v · 4` with all `n` rows; `chunk_bytes` the same with the rows of one chunk.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The traps: the logits are float32 (4 bytes) whatever the inputs' dtype, and a chunk never holds more rows than
+# there are: `min(chunk, n)`.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 07.predict_logits_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "logits_bytes", "locked": false, "schema_version": 3, "solution": true}
+def logits_bytes(n: int, v: int, chunk: int) -> tuple[int, int]:
+    """(whole_bytes, chunk_bytes): the float32 logits of n rows over a vocabulary of v, all of them and one
+    chunk of at most `chunk` rows."""
+    ### BEGIN SOLUTION
+    return 4 * n * v, 4 * min(chunk, n) * v
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_logits_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("07.predict_logits_bytes", logits_bytes, criteria=["correctness"]).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 07.linear_cross_entropy_backward · Linear + cross-entropy, forward and backward, without the logits   (about 4 h · ★★★)
@@ -592,9 +811,36 @@ else:
 # dtype. Triton kernels compute every output, the products too (notebook 04's tiled GEMM, `tile_dot` from
 # `kernels.matmul`, reads any strides, so `wᵀ` and `dlogits_cᵀ` are views, not copies).
 #
-# **Hints** *(optional)*. Size a chunk so that its float32 logits stay well under a quarter of all of them (the
-# memory bar), but not so small that re-reading `dW` once per chunk dominates. The rows kernel can add each row's
-# loss into one float with `tl.atomic_add`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Do the backward during the forward: while one chunk of rows has its logits, finish everything that chunk
+# contributes (its share of the loss, its rows of `dh`, its part of `dW`), then reuse the buffer.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# A loop over chunks of `C` rows: `logits_c = h_c wᵀ` into a float32 `(C, V)` buffer (a Triton GEMM such as
+# `gemm_into` below, around `tile_dot`); the rows kernel, two passes a row (the log-sum-exp online, then
+# `dlogits_c = (p − y) / M` in the inputs' dtype); `dh_c = dlogits_c w`; `dw (+)= dlogits_cᵀ h_c`, the first
+# chunk writing, the others adding. Size `C` so that a chunk's logits stay well under a quarter of all of them
+# (the memory bar).
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The loss: each row adds `(lse − logit[target]) / M` into one float32 zero with `tl.atomic_add`. The traps:
+# divide by `M`, all the rows, not by the chunk's `C`; the `−1` at each row's target column; int32 targets;
+# `h` with a row stride wider than `K`; the last chunk's rows.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# `dW` is read and written once per chunk: chunks too small make that traffic dominate. On a GPU give the rows
+# kernel one row a program, and time the three GEMMs' tile sizes apart.
+#
+# </details>
 #
 # **Graded.** Correctness (vocabularies up to 3001, "confident" rows whose logits spread to ±40, int32 targets, a
 # padded `h`); precision of all three outputs against float64 for `V` = 1000 to 16000; memory at 4096 × 1024 →
@@ -654,6 +900,83 @@ check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
 # %% nbgrader={"grade": true, "grade_id": "test_linear_cross_entropy_backward_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
 check("07.linear_cross_entropy_backward", linear_cross_entropy_forward_backward,
       criteria=["memory"]).assert_passed("memory")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "logits-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Measured: the logits each version holds
+#
+# The cell measures what one call allocates beyond its outputs (`loss`, `dh`, `dW`), for eager PyTorch and for
+# your `linear_cross_entropy_forward_backward`, over the number of rows `M` at a fixed vocabulary, and draws your
+# 07.predict_logits_bytes beside it: the whole float32 logits, and chunks of 256 and 1024 rows. It then reads
+# off how many rows' float32 logits your function holds at once. (A GPU reports the allocator's peak; the
+# interpreter adds up every storage created, an upper bound.)
+
+# %% nbgrader={"grade": false, "grade_id": "logits-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+LB_K, LB_V = (1024, 32768) if ON_GPU else (32, 2048)
+LB_MS = runtime.demo_points([1024, 2048, 4096, 8192] if ON_GPU else [64, 256])
+LB_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+YOURS = "your linear_cross_entropy_forward_backward"
+held = {"eager": [], YOURS: []}
+w = (torch.randn(LB_V, LB_K, device=DEVICE) / LB_K**0.5).to(LB_DTYPE)
+outputs = lambda m: LB_DTYPE.itemsize * (m * LB_K + LB_V * LB_K) + 4  # noqa: E731  loss, dh and dW
+for m in tqdm(LB_MS, desc="memory beyond the outputs over rows"):
+    h = torch.randn(m, LB_K, device=DEVICE, dtype=LB_DTYPE)
+    targets = torch.randint(0, LB_V, (m,), device=DEVICE)
+    held["eager"].append(extra_bytes(lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets)) - outputs(m))
+    if YOURS in held:
+        try:
+            linear_cross_entropy_forward_backward(h, w, targets)  # first call: compilation
+            held[YOURS].append(extra_bytes(lambda: linear_cross_entropy_forward_backward(h, w, targets)) - outputs(m))
+        except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+            if not not_written(exc):
+                raise
+            print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
+            del held[YOURS]
+    del h, targets
+del w
+try:
+    predicted = {c: [logits_bytes(m, LB_V, c) for m in LB_MS] for c in (256, 1024)}
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+    if not not_written(exc):
+        raise
+    print(f"logits_bytes is not written yet ({type(exc).__name__}): the plot shows the measurements alone")
+    predicted = {}
+ms_ = np.array(LB_MS, dtype=float)
+fig, ax = plt.subplots(figsize=(7.5, 4.4))
+if predicted:
+    ax.loglog(ms_, [p[0] / 2**20 for p in predicted[256]], "k--", label="your prediction: the whole logits")
+    for c, style in ((256, "k:"), (1024, "k-.")):
+        ax.loglog(ms_, [p[1] / 2**20 for p in predicted[c]], style, label=f"your prediction: a chunk of {c} rows")
+for (name, vals), style in zip(held.items(), ("x-", "o-")):
+    ax.loglog(ms_, np.maximum(np.array(vals, dtype=float), 1) / 2**20, style, label=f"{name}, measured")
+ax.set_xticks(LB_MS, [str(m) for m in LB_MS])
+ax.minorticks_off()
+ax.set(xlabel="rows M", ylabel="MiB beyond the outputs",
+       title=f"K = {LB_K}, V = {LB_V}, {str(LB_DTYPE).replace('torch.', '')}"
+             + ("" if ON_GPU else " (interpreter: allocations added up)"))
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, m in enumerate(LB_MS):
+    line = f"M={m:<5} eager {held['eager'][i] / 2**20:8.1f} MiB = {held['eager'][i] / (4 * m * LB_V):4.1f} x the logits"
+    if YOURS in held:
+        line += (f"; yours {held[YOURS][i] / 2**20:7.1f} MiB, the float32 logits of about "
+                 f"{held[YOURS][i] / (4 * LB_V):.0f} rows")
+    print(line)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-logits-held-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question.** Eager PyTorch holds more than your prediction of the whole logits, by the factor the cell
+# printed. Which `M × V` tensors does it hold at its peak, and what do the rows your own function holds at once
+# consist of?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-logits-held", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Eager makes the logits in the inputs' dtype, upcasts them to float32, and `F.cross_entropy`'s log-softmax
+# keeps its float32 output for the backward; the backward then makes the float32 gradient of the logits and
+# casts it back to the inputs' dtype for the two products. Several of these are alive together, so the peak is
+# a few times the float32 logits, and it grows with `M`. Mine holds one chunk: its float32 logits and its
+# `dlogits` in the inputs' dtype, `C·V·(4 + e)` bytes, the same whatever `M` is once `M` exceeds the chunk (the
+# "rows" the cell prints count both, in float32 logits' worth).
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused forward and backward against eager and compiled PyTorch
@@ -815,14 +1138,42 @@ for d_model in (512, 1024, 4096):
 # (a class with a static `forward(ctx, ...)` that saves what it needs with `ctx.save_for_backward` and a static
 # `backward(ctx, *grads)` that returns one gradient per input).
 #
-# **Hints** *(optional)*. For the loss, call exercise 07.linear_cross_entropy_backward's chunked forward and
-# backward in the `Function`'s forward and keep `dh, dW` for its backward; for speed, its three products may be
-# `torch.mm` (cuBLAS) and the chunk's logits bf16, as eager has them, with the rows kernel writing `dlogits` over
-# them in place. Nothing in the step may wait for the GPU (no `.item()`, no `int(tensor)`): it would leave the GPU
-# idle while Python launches the next kernels. Mind the layouts between the GEMMs: q, k and v can be strided views
-# of the fused projection's output, and `o` can be written where the output projection reads it; every
-# `.contiguous()`, transpose or `torch.stack` there is one more pass over the activations, forward or back. A
-# residual can be added in cuBLAS's epilogue with `torch.addmm`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Each fused piece becomes a `Function`: its `forward` runs your kernel and saves the least its `backward`
+# needs; its `backward` is handed the gradient of the piece's output and must return the gradients of its
+# inputs *for that gradient*. That holds for the loss too: its gradient is 1 in plain training, but not under
+# loss scaling or gradient accumulation, and the grader hands it another value.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Four `Function`s (the skeleton in the cell): RMSNorm (saves `x` and the weight), attention (saves `q, k, v`,
+# `o` and the log-sum-exp; its backward is 07.flash_attention_backward), the SwiGLU activation (saves `[g | u]`),
+# and the loss, which calls 07.linear_cross_entropy_backward's chunked forward and backward in its `forward` and
+# keeps `dh, dW`. The GEMMs, the residuals and the embedding's gather stay PyTorch ops that autograd handles.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The loss's `backward(ctx, dloss)` returns `dh · dloss, dW · dloss, None`: returning `dh, dW` as saved passes at
+# a gradient of 1 and fails the grader. Every `backward` returns one value per `forward` input, `None` for the
+# non-tensors (`eps`, `heads`, the targets), each gradient in its input's dtype and shape. The attention's `dO`
+# arrives in the layout the next op made: make it match what your backward kernel reads.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# The loss's three products may be `torch.mm` (cuBLAS) and the chunk's logits bf16, as eager has them, with the
+# rows kernel writing `dlogits` over them in place. Nothing in the step may wait for the GPU (no `.item()`, no
+# `int(tensor)`): it would leave the GPU idle while Python launches the next kernels. Mind the layouts between
+# the GEMMs: `q, k, v` can be strided views of the fused projection's output, and `o` can be written where the
+# output projection reads it; every `.contiguous()`, transpose or `torch.stack` there is one more pass over the
+# activations, forward or back. A residual can be added in cuBLAS's epilogue with `torch.addmm`.
+#
+# </details>
 #
 # **Graded.** Correctness: the loss and every gradient against float64, each within a few times eager PyTorch's
 # error in the same dtype (float32 in the interpreter, float32 and bf16 on a GPU); training: AdamW from the same
@@ -852,7 +1203,7 @@ for d_model in (512, 1024, 4096):
 #         ...  # dx, dweight from your backward kernels; None for eps
 #
 # ... CausalAttentionFunction (save q, k, v, o, lse), SiluMulFunction (save gu), EmbeddingFunction,
-#     LinearCrossEntropyFunction (the gradients made in the forward)
+#     LinearCrossEntropyFunction (the gradients made in the forward; its backward returns them times dloss)
 ### BEGIN SOLUTION
 # include: kernels/rmsnorm.py (_rmsnorm_kernel, rmsnorm)
 # include: kernels/rmsnorm_backward.py (_rmsnorm_bwd_kernel, _sum_partials_kernel, _programs, rmsnorm_backward,
@@ -1051,8 +1402,8 @@ del params, leaves, steps
 #   ([arXiv:2307.08691](https://arxiv.org/abs/2307.08691)): its backward pass (Algorithm 2) is the one derived
 #   in section 2, with `dQ` added atomically; Dao et al., *FlashAttention*
 #   ([arXiv:2205.14135](https://arxiv.org/abs/2205.14135)), and Shah et al., *FlashAttention-3*
-#   ([arXiv:2407.08608](https://arxiv.org/abs/2407.08608)), which overlaps softmax and products by warp
-#   specialisation.
+#   ([arXiv:2407.08608](https://arxiv.org/abs/2407.08608)), whose producer and consumer warp groups (warp
+#   specialisation) and ping-pong scheduling between two consumer groups overlap the softmax with the products.
 # * Triton's [fused attention tutorial](https://triton-lang.org/main/getting-started/tutorials/06-fused-attention.html),
 #   forward and backward.
 # * [Liger-Kernel](https://github.com/linkedin/Liger-Kernel) (Hsu et al., [arXiv:2410.10989](https://arxiv.org/abs/2410.10989)):
