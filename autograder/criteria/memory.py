@@ -15,6 +15,7 @@ from autograder.criteria.outputs import (
     output_problem,
     relative_error,
 )
+from autograder.guard.largest import largest_allocation
 from autograder.guard.watch import TritonLaunches
 from autograder.measure import capability
 from autograder.measure.timing import extra_bytes
@@ -47,9 +48,13 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     try:
         fn(*args)  # warm-up: compilation and autotuning stay out of the measurement
         sync()
-        out, extra = extra_bytes(lambda: fn(*args), launches)
-        how = ("the CUDA allocator's peak" if runtime.has_gpu() else
-               "every allocation added up (the interpreter: an upper bound of the peak)")
+        if ex.memory_measure == "largest":  # a tiled loop in plain torch: no tile may be as large as the whole
+            out, extra = largest_allocation(lambda: fn(*args))
+            how = "the largest single tensor created during the call"
+        else:
+            out, extra = extra_bytes(lambda: fn(*args), launches)
+            how = ("the CUDA allocator's peak" if runtime.has_gpu() else
+                   "every allocation added up (the interpreter: an upper bound of the peak)")
     except Exception as exc:
         return CriterionResult("memory", FAILED, student_error(exc, ex.function))
     expected = as_tuple(ex.reference(**inputs))
@@ -62,11 +67,14 @@ def memory(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not all(relative_error(o, e) < 5e-2 for o, e in zip(outs, expected)):
         return CriterionResult("memory", FAILED, f"wrong result at {where}: memory not judged (see correctness)",
                                figures)
-    if launches.count == 0:
+    if launches.count == 0 and not ex.plain_torch:
         return CriterionResult("memory", FAILED, f"no Triton kernel ran: {ex.function} must compute its result in "
                                "a Triton kernel", figures)
     msg = (f"{_gib(extra)} allocated beyond the inputs (outputs included; {how}); allowed {_gib(bound)}. "
            f"{ex.memory_what} alone would take {_gib(materialised)}. {where}.")
+    if ex.memory_measure == "largest":
+        msg = (f"the largest tensor created during the call takes {_gib(extra)}; allowed {_gib(bound)}. "
+               f"{ex.memory_what} alone would take {_gib(materialised)}. {where}.")
     if extra <= bound:
         return CriterionResult("memory", PASSED, msg, figures)
     hint = (f"\nThat is {extra / materialised:.2g} times {ex.memory_what}: it is being materialised. Reduce it "

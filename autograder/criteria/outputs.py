@@ -37,6 +37,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, dtype, atol: float, rtol: floa
     nan_where_finite = int((torch.isnan(got) & ~torch.isnan(expected)).sum())
     if nan_where_finite:
         extra = f"; {nan_where_finite} NaN where the reference is a number"
+        if runtime.interpreted():
+            extra += (" (here the masked-off lanes of a load without other= hold NaN, as they hold garbage on a GPU: "
+                      "a reduction over them needs other=0.0, or the reduction's neutral value)")
     missing_nan = int((~torch.isnan(got) & torch.isnan(expected)).sum())
     if missing_nan:
         extra += f"; {missing_nan} number(s) where the reference is NaN"
@@ -273,6 +276,8 @@ def run_watched(ex: KernelExercise, fn, inputs: dict, dtype, guarded: dict | Non
 
 def not_by_a_kernel(ex: KernelExercise, watch: Watch, outs) -> str | None:
     """Why the outputs were not computed by a Triton kernel during the call, or None when they were."""
+    if ex.plain_torch:  # a plain-torch exercise: torch is meant to compute them
+        return None
     by_torch = sorted({op for op in (watch.computed_by_torch(o) for o in outs) if op})
     if by_torch:
         return (f"the result was computed by torch ({', '.join(by_torch)}), not by a Triton kernel: the output must "

@@ -123,6 +123,12 @@ class KernelExercise(Exercise):
     memory_bound: Callable[[dict], int] | None = None
     materialised_bytes: Callable[[dict], int] | None = None
     memory_what: str = "the intermediate"  # what the feedback calls the tensor that must not be materialised
+    # "total": every byte the call allocates (as above); "largest": the largest single tensor it creates, for a
+    # loop in plain torch whose tiles add up to the intermediate's size although no more than one exists at once.
+    memory_measure: str = "total"
+    # The answer is plain PyTorch (a tiled model of a kernel, such as 05.flash_attention_torch): no Triton kernel
+    # has to compute its outputs.
+    plain_torch: bool = False
     precision_note: str = ""  # what low-precision intermediate math looks like in this exercise
     output_names: tuple[str, ...] = ("output",)  # the function returns a tuple when there are several
     output_dtype: torch.dtype | None = None  # None: the outputs have the inputs' dtype
