@@ -18,7 +18,7 @@ def _row(table: str, criterion: str) -> str:
 
 def test_a_kernel_exercise_lists_every_criterion_with_its_numbers(cfg):
     ex = registry.get("02.rmsnorm")
-    table = cards.graded_table(ex, cfg)
+    table = cards.criteria_table(ex, cfg)
     assert [line.split("|")[1].strip() for line in table.splitlines()[2:6]] == [
         "Correctness", "Precision", "Performance", "Fusion"]
     assert "float32 atol 1e-5, rtol 1e-5" in _row(table, "Correctness")
@@ -47,8 +47,46 @@ def test_a_training_exercise_gives_its_own_bars(cfg):
 
 def test_every_exercise_has_a_card(cfg):
     for ex in registry.all_exercises():
-        table = cards.graded_table(ex, cfg)
+        table = cards.criteria_table(ex, cfg)
         assert table.count("\n| ") == len(ex.criteria), ex.id  # the rows under the header
+        line = cards.summary(ex, cfg)
+        assert "\n" not in line and all(cards._NAMES.get(c, c).lower() in line for c in ex.criteria), line
+
+
+def test_the_card_gives_a_one_line_summary_and_folds_the_table(cfg):
+    ex = registry.get("02.rmsnorm")
+    frac = cfg.bar(ex, "min_fraction_of_peak", 0.5)
+    text = cards.graded_table(ex, cfg, points=10)
+    line, rest = text.split("\n", 1)
+    assert line == ("Graded on correctness, precision (<= 1.5x rounding error), performance "
+                    f"(>= {frac:g} of copy bandwidth, > 1.1x eager) and fusion (1 launch); 10 points.")
+    # Blank lines around the table inside <details>: without them markdown renders no table.
+    assert rest.startswith("\n<details><summary>How it is graded</summary>\n\n| Criterion | Passes when |\n")
+    assert rest.endswith("grades it; bars from the exercise's spec and grading.toml.*\n\n</details>")
+    optional = cards.summary(registry.get("08.flash_attention_ws"), cfg, points=0)
+    assert "0 points; only on a Hopper GPU" in optional and "counts toward no grade" in optional
+
+
+def test_the_cards_label_and_the_summary_make_one_sentence_with_the_points(cfg):
+    text = cards.expand_cards("intro\n\n**Graded.**\n<!-- graded: 01.cost_model -->\n", cfg,
+                              points={"01.cost_model": 2})
+    assert text.startswith("intro\n\n**Graded** on correctness (relative tolerance 1e-6); 2 points.\n\n<details>")
+
+
+def test_points_are_summed_over_the_graded_cells_that_check_an_exercise():
+    import nbformat
+
+    def cell(source, **md):
+        c = nbformat.v4.new_code_cell(source)
+        c.metadata["nbgrader"] = md
+        return c
+
+    cells = [cell('check("02.rmsnorm", rmsnorm, criteria=["correctness"]).assert_passed("correctness")',
+                  grade=True, points=3),
+             cell("check('02.rmsnorm', rmsnorm, criteria=['fusion']).assert_passed('fusion')", grade=True, points=2),
+             cell('check("02.rmsnorm", rmsnorm)', grade=False),  # a demonstration: no points
+             cell('check("02.layernorm", layernorm).assert_passed("correctness")', grade=True, points=1.5)]
+    assert cards.points_by_exercise(cells) == {"02.rmsnorm": 5, "02.layernorm": 1.5}
 
 
 def test_an_override_in_grading_toml_shows_in_the_table(tmp_path, monkeypatch):
@@ -60,7 +98,7 @@ def test_an_override_in_grading_toml_shows_in_the_table(tmp_path, monkeypatch):
     perf = _row(expanded, "Performance")
     assert "0.77 of this GPU's measured copy bandwidth" in perf and "more than 1.3x" in perf
     assert "without one it fails" in perf
-    assert expanded.startswith("**Graded.**\n\n| Criterion |") and expanded.endswith("\nafter")
+    assert expanded.startswith("**Graded** on correctness,") and expanded.endswith("</details>\nafter")
 
 
 def test_a_marker_naming_an_unknown_exercise_fails_the_build(tmp_path):

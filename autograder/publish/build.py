@@ -13,8 +13,9 @@ the solution notebook sees the whole kernel and the benchmarks time the very sam
 
 A line of a markdown cell
     <!-- graded: 02.rmsnorm -->
-becomes the table of that exercise's criteria and their bars (autograder.publish.cards), read from its spec and
-the grading configuration, so the exercise card says what the grader does.
+becomes a one-line summary and, folded, the table of that exercise's criteria and their bars
+(autograder.publish.cards), read from its spec and the grading configuration, so the exercise card says what the
+grader does. The cells that check an exercise are tagged so that Run All goes past them (autograder.publish.runall).
 
 A diagram, linked in the text source as `![alt text](figures/NAME.svg)` (the files autograder.teach.diagrams
 writes), is embedded in the notebook as a data URI with the same alt text: the picture then travels with the
@@ -34,7 +35,7 @@ import sys
 from pathlib import Path
 
 from autograder.guard import fingerprint
-from autograder.publish import cards
+from autograder.publish import cards, runall
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,19 +135,21 @@ def notebook_from_source(src: Path, root: Path = ROOT):
     nb = jupytext.read(src, fmt="py:percent")
     nb.metadata.pop("jupytext", None)
     nb.metadata["language_info"] = {"name": "python"}
+    points = cards.points_by_exercise(nb.cells)  # each card's summary gives its exercise's points
     for i, cell in enumerate(nb.cells):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         cell["id"] = grade_id or f"cell-{i}"
         cell.source = expand_includes(cell.source, root)
         if cell.cell_type == "markdown":
             try:
-                cell.source = embed_figures(cards.expand_cards(cell.source), src.parent / "figures")
+                cell.source = embed_figures(cards.expand_cards(cell.source, points=points),
+                                            src.parent / "figures")
             except (LookupError, FileNotFoundError) as exc:
                 raise type(exc)(f"{src.name}, cell {i}: {exc}") from None
         cell.metadata.pop("lines_to_next_cell", None)  # the text source's layout, meaningless in a notebook
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    return nb
+    return runall.tag_cells_that_may_raise(nb)  # Run All goes on past a check that fails
 
 
 def write_solution(src: Path) -> Path:

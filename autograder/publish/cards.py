@@ -4,8 +4,9 @@ A markdown cell of a notebook's text source may hold the line
 
     <!-- graded: 02.rmsnorm -->
 
-which the build (build.notebook_from_source) replaces by graded_table(get("02.rmsnorm"), config.load()): one row
-per criterion the exercise is graded on, saying in numbers what it must reach. The bars are read where the
+which the build (build.notebook_from_source) replaces by graded_table(get("02.rmsnorm"), config.load()): a
+one-line summary (the criteria, each with its headline bar, and the exercise's points), then, folded in a
+<details> block, a table with one row per criterion saying in numbers what it must reach. The bars are read where the
 grader reads them (the spec's fields, `bars=` through GradingConfig.bar, so an instructor's grading.toml shows),
 so the text a student reads cannot drift from what the grader does.
 """
@@ -30,6 +31,8 @@ from autograder.specs.exercise import (
 )
 
 MARKER = re.compile(r"^<!-- graded: (\S+) -->[ \t]*$", re.MULTILINE)
+# The marker with the card's label on the line above: the two become one sentence, "**Graded** on ...".
+LABELLED = re.compile(r"^(\*\*Graded\.\*\*[ \t]*\n)?<!-- graded: (\S+) -->[ \t]*$", re.MULTILINE)
 
 _NAMES = {
     "correctness": "Correctness",
@@ -239,8 +242,8 @@ def _rows(ex: Exercise, cfg: GradingConfig) -> dict[str, str]:
     raise TypeError(f"{ex.id}: no card for a {type(ex).__name__}")
 
 
-def graded_table(ex: Exercise, cfg: GradingConfig) -> str:
-    """The markdown table of what each of ex's criteria must reach, in the grader's numbers."""
+def criteria_table(ex: Exercise, cfg: GradingConfig) -> str:
+    """The markdown table of what each of ex's criteria must reach, in the grader's numbers, with its notes."""
     rows = _rows(ex, cfg)
     missing = [c for c in ex.criteria if c not in rows]
     if missing:
@@ -260,20 +263,108 @@ def graded_table(ex: Exercise, cfg: GradingConfig) -> str:
     return "\n".join(lines)
 
 
-def expand_cards(source: str, cfg: GradingConfig | None = None, lookup=None) -> str:
-    """Replace each line `<!-- graded: ID -->` of a markdown cell's source by ID's table."""
-    if not MARKER.search(source):
+# ---------------------------------------------------------------- the one-line summary
+
+def _times(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 'es' if what.endswith('h') else 's'}"
+
+
+def _perf_headline(ex: KernelExercise, cfg: GradingConfig) -> str:
+    parts = list(ex.perf_shapes) if ex.perf_shapes else [None]
+    frac = min(cfg.bar(ex, "min_fraction_of_peak", ex.default_min_fraction, part) for part in parts)
+    speed = max(cfg.bar(ex, "min_speedup_over_eager", 1.0, part) for part in parts)
+    if ex.perf_baseline is not None:
+        text = f">= {num(frac)} of {ex.perf_baseline_name}'s speed"
+    else:
+        text = f">= {num(frac)} of {'matmul rate' if ex.flops is not None else 'copy bandwidth'}"
+    if ex.perf_baseline is not ex.eager and speed > 0:
+        text += ", faster than eager" if speed == 1 else f", > {num(speed)}x eager"
+    return text
+
+
+def _headlines(ex: Exercise, cfg: GradingConfig) -> dict[str, str]:
+    """A few words of each criterion's main bar, where one is short enough for a summary line."""
+    if isinstance(ex, CompiledExercise):
+        out = {"graph": "no graph break", "kernels": f"at most {ex.max_kernels} other kernels"}
+        if ex.timed is not None:
+            out["performance"] = _perf_headline(ex.timed, cfg)
+        return out
+    if isinstance(ex, TrainingExercise):
+        return {"performance": f">= {num(cfg.bar(ex, 'min_fraction_of_compiled', ex.default_min_fraction))} of "
+                               "torch.compile's tokens/s",
+                "memory": f"peak <= {num(ex.max_memory_fraction)} of eager's",
+                "training": f"{ex.training_gpu.steps} AdamW steps"}
+    if isinstance(ex, StepExercise):
+        return {"performance": f">= {num(cfg.bar(ex, 'min_fraction_of_peak', ex.default_min_fraction))} of copy "
+                               "bandwidth",
+                "fusion": _times(ex.max_launches, "launch") + " a step"}
+    if isinstance(ex, KernelExercise):
+        return {"performance": _perf_headline(ex, cfg), "fusion": _times(ex.max_launches, "launch"),
+                "precision": f"<= {num(ex.precision_factor)}x rounding error",
+                "memory": f"never stores {ex.memory_what}"}
+    if isinstance(ex, NumericExercise):
+        return {"correctness": f"relative tolerance {num(ex.rtol)}"}
+    return {}
+
+
+def summary(ex: Exercise, cfg: GradingConfig, points: float | None = None) -> str:
+    """One line: the criteria, each with its headline bar, the points where known, where and whether it counts."""
+    heads = _headlines(ex, cfg)
+    names = [_NAMES.get(c, c).lower() + (f" ({heads[c]})" if c in heads else "") for c in ex.criteria]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    text = f"Graded on {listed}"
+    if points is not None:
+        text += f"; {num(points)} point{'' if points == 1 else 's'}"
+    if ex.hardware:
+        text += f"; only on {capability.HARDWARE[ex.hardware]}"
+    if ex.optional:
+        text += "; optional, counts toward no grade"
+    return text + "."
+
+
+def graded_table(ex: Exercise, cfg: GradingConfig, points: float | None = None, label: bool = False) -> str:
+    """What the marker `<!-- graded: ID -->` becomes: the one-line summary (label: its first word in bold, for
+    the card's "Graded." line), then the full table folded away in a <details> block (blank lines around the
+    table: markdown inside HTML needs them, in JupyterLab, nbgrader's feedback pages and the documentation site)."""
+    line = summary(ex, cfg, points)
+    if label:
+        line = "**Graded**" + line.removeprefix("Graded")
+    return (f"{line}\n\n<details><summary>How it is graded</summary>\n\n"
+            f"{criteria_table(ex, cfg)}\n\n</details>")
+
+
+GRADED_CHECK = re.compile(r"""\bcheck\(\s*["']([\w.]+)["']""")
+
+
+def points_by_exercise(cells) -> dict[str, float]:
+    """The points of each exercise, summed over the graded cells (nbgrader `grade: true`) that check it."""
+    points: dict[str, float] = {}
+    for cell in cells:
+        md = cell.get("metadata", {}).get("nbgrader", {})
+        if md.get("grade") and cell.get("cell_type") == "code":
+            for ex_id in set(GRADED_CHECK.findall(cell.get("source", ""))):
+                points[ex_id] = points.get(ex_id, 0) + float(md.get("points", 0))
+    return points
+
+
+def expand_cards(source: str, cfg: GradingConfig | None = None, lookup=None,
+                 points: dict[str, float] | None = None) -> str:
+    """Replace each line `<!-- graded: ID -->` of a markdown cell's source by ID's summary and folded table;
+    points (points_by_exercise of the notebook) adds each exercise's points to its summary."""
+    if not LABELLED.search(source):
         return source
     lookup = lookup or specs.get
     cfg = cfg if cfg is not None else config.load()
 
     def one(match: re.Match) -> str:
         try:
-            ex = lookup(match.group(1))
+            ex = lookup(match.group(2))
         except KeyError as exc:
-            raise LookupError(f"the line {match.group(0).strip()!r} names no exercise: {exc.args[0]}") from None
+            marker = match.group(0).splitlines()[-1].strip()
+            raise LookupError(f"the line {marker!r} names no exercise: {exc.args[0]}") from None
         before = source[: match.start()]
-        # A table must not run on from the paragraph above it (markdown would not see a table).
-        return ("\n" if before.endswith("\n") and not before.endswith("\n\n") else "") + graded_table(ex, cfg)
+        # The summary must not run on from a paragraph above it, unless that is the card's "Graded." label.
+        gap = "\n" if not match.group(1) and before.endswith("\n") and not before.endswith("\n\n") else ""
+        return gap + graded_table(ex, cfg, (points or {}).get(ex.id), label=bool(match.group(1)))
 
-    return MARKER.sub(one, source)
+    return LABELLED.sub(one, source)
