@@ -15,6 +15,7 @@ from autograder import runtime
 from autograder import specs as registry
 from autograder.criteria import compiled as grade_compiled
 from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import like_gpu
 from autograder.criteria import numeric as grade_numeric
 from autograder.criteria import step as grade_step
 from autograder.criteria import training as grade_training
@@ -73,7 +74,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     if not problem:
         broken = []
         try:
-            with quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit):
+            with quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit), like_gpu.strict():
                 _, broken = warmup.compile_ahead(ex, fn, chosen)  # the graded calls print it again
         except deadline.CriterionTimeout:
             notes.append(f"the first calls of {ex.function} (compiling ahead) took more than {limit:.0f} s")
@@ -90,7 +91,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             try:
                 # The small cases choose an autotuned kernel's launch settings by one timed call (warmup.py).
                 tuning = warmup.quick_tuning(fn) if name in QUICK_TUNING else contextlib.nullcontext()
-                with deadline.time_limit(limit), tuning:
+                with deadline.time_limit(limit), tuning, like_gpu.strict():
                     result = graders[name](ex, fn, cfg)
                     if name == "performance" and isinstance(ex, KernelExercise):
                         result = session.confirm(ex, result)  # the course's bars, where a judge holds them

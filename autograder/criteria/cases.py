@@ -12,6 +12,8 @@ import warnings
 import torch
 
 from autograder import runtime
+from autograder.criteria import kernel_errors
+from autograder.criteria.kernel_errors import LIBRARY_PATHS
 from autograder.guard.secret import EXTRA_SHAPES
 from autograder.measure import capability
 from autograder.specs.exercise import KernelExercise, Shape
@@ -40,6 +42,17 @@ def case_seed(base: int, *parts) -> int:
         for ch in str(p):
             h = (h * 1000003 + ord(ch)) % (2**62)
     return h
+
+
+def collapse(failures: list[tuple[str, str]]) -> list[str]:
+    """One line per distinct problem, in the order first met: a problem that several cases share (an error that
+    stops the kernel whatever its input) is told once, with how many cases met it and where first."""
+    groups: dict[str, list[str]] = {}
+    for where, problem in failures:
+        groups.setdefault(problem, []).append(where)
+    return [f"{wheres[0]}: {problem}" if len(wheres) == 1 else
+            f"{len(wheres)} cases, one error (the first at {wheres[0]}): {problem}"
+            for problem, wheres in groups.items()]
 
 
 def precision_shapes(ex: KernelExercise) -> tuple[Shape, ...]:
@@ -71,9 +84,6 @@ def gpu_case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int) -> dict:
         return case_inputs(ex, shape, dtype, seed, device="cuda")
 
 
-LIBRARY_PATHS = ("site-packages", "dist-packages", os.sep + "autograder" + os.sep, os.sep + "triton" + os.sep)
-
-
 def student_error(exc: BaseException, function: str) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     library = LIBRARY_PATHS
@@ -84,18 +94,24 @@ def student_error(exc: BaseException, function: str) -> str:
     where = ""
     for fr in reversed(frames):  # the innermost frame in the student's own code
         if not any(part in fr.filename for part in library):
-            where = f" (at {os.path.basename(fr.filename)}:{fr.lineno}: {fr.line})"
+            where = f"{os.path.basename(fr.filename)}:{fr.lineno}: {fr.line}"
             break
-    text = first_line(exc)
+    inside = kernel_errors.kernel_line(exc)
     # Triton's CompilationError opens with a position ("at 9:20:") and carries the reason in its chain of
-    # causes (triton 3.6, nested once per jit function) or in its last line (later versions).
-    root = exc
-    while root.__cause__ is not None:
-        root = root.__cause__
+    # causes (triton 3.6, nested once per jit function) or in its last line (later versions); the interpreter
+    # wraps the error as InterpreterError(repr(error)) from it.
+    root = kernel_errors.root_cause(exc)
     reason = reason_line(root)
+    if inside:  # the error stopped a kernel: its own line, the launch beside it, the error without its wrappers
+        launched = f" (launched at {where})" if where else ""
+        explained = kernel_errors.explain(exc, inside)
+        return f"{function} raised {reason}{inside}{launched}" + (f"\n{explained}" if explained else hint_for(exc))
+    text = first_line(exc)
     if reason and reason not in (text, f"{type(exc).__name__}: {text}"):
         text += f" ... {reason}"
-    return f"{function} raised {type(exc).__name__}: {text}{where}{hint_for(exc)}"
+    at = f" (at {where})" if where else ""
+    explained = kernel_errors.explain(exc)
+    return f"{function} raised {type(exc).__name__}: {text}{at}" + (f"\n{explained}" if explained else hint_for(exc))
 
 
 def hint_for(exc: BaseException) -> str:

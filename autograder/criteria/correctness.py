@@ -14,6 +14,7 @@ from autograder.criteria.cases import (
     MAX_LISTED,
     case_inputs,
     case_seed,
+    collapse,
     dtype_name,
     graded_dtypes,
     secret_shapes,
@@ -140,7 +141,7 @@ class Cases:
         (where, inputs, dtype), self.pending = self.pending, None
         problems = judge_answer(self.ex, inputs, dtype, answer)
         if problems:
-            self.failures.append(f"{where}: " + "; ".join(problems))
+            self.failures.append((where, "; ".join(problems)))
 
     def verdict(self) -> CriterionResult:
         figures = {"cases": self.n_cases, "failed": len(self.failures),
@@ -151,9 +152,10 @@ class Cases:
             return CriterionResult("correctness", FAILED, f"grading stopped after {self.n_cases} of {self.total} "
                                    "cases: every case must be answered", figures)
         if self.failures:
-            listed = "\n".join(self.failures[:MAX_LISTED])
+            lines = collapse(self.failures)
+            listed = "\n".join(lines[:MAX_LISTED])
             n = len(self.failures)
-            more = f"\n... and {n - MAX_LISTED} more failing case(s)" if n > MAX_LISTED else ""
+            more = f"\n... and {len(lines) - MAX_LISTED} more distinct failure(s)" if len(lines) > MAX_LISTED else ""
             ran = f"{self.n_cases} cases" if self.n_cases >= self.total else \
                 f"the first {self.n_cases} of {self.total} cases (stopped early)"
             return CriterionResult("correctness", FAILED, f"{n} of {ran} failed:\n{listed}{more}", figures)
