@@ -1,5 +1,8 @@
 """The exercise cards' "Graded." tables: generated from the specs and the grading configuration."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from autograder import config
@@ -121,3 +124,139 @@ def test_every_marker_in_the_sources_names_an_exercise(root):
     for src in build.sources(root):
         for match in cards.MARKER.finditer(src.read_text().replace("\n# ", "\n")):
             assert match.group(1) in known, f"{src.name}: {match.group(0)}"
+
+
+# ---------------------------------------------------------------- the cards' format, in every notebook source
+#
+# An exercise card opens with `### Exercise NN.id · title (time · stars)`, gives its **Spec.**, then **Hints**:
+# Hint 1 (the idea) and Hint 2 (the shape of the code) required, Hint 3 (close to the answer) optional, then
+# "Make it fast" (speed tricks only) optional, each a <details> block with blank lines inside; then **Graded.**
+# and its marker. Its words (everything outside <details>, plus Hint 1; the generated table is not in the
+# source) stay within CARD_WORDS.
+
+CARD_WORDS = 260
+# Notebooks whose cards are not in the hint format yet: emptied as each is converted.
+NOT_CONVERTED = {"02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion", "05_streaming_reduction_fusion",
+                 "08_hopper_attention"}
+
+DETAILS = re.compile(r"<details><summary>(.*?)</summary>(.*?)</details>", re.S)
+HINT = re.compile(r"Hint (\d) · \S")
+# Speed tricks belong in "Make it fast", not in the hints that get a kernel right (unless the card's own text
+# outside the hints names one: then speed settings are what the exercise is about, as in autotuning per shape).
+SPEED = re.compile(r"\bnum_warps\b|\bnum_stages\b|\bTMA\b|tanh\.approx|\bspill|autotun|warp[- ]speciali", re.I)
+
+
+def markdown_cells(src: Path) -> list[str]:
+    """The markdown cells of a jupytext percent source, their `# ` prefixes taken off."""
+    cells, current = [], None
+    for line in src.read_text().splitlines():
+        if line.startswith("# %%"):
+            if current is not None:
+                cells.append("\n".join(current).strip())
+            current = [] if "[markdown]" in line else None
+        elif current is not None:
+            current.append(line[2:] if line.startswith("# ") else line.lstrip("#"))
+    if current is not None:
+        cells.append("\n".join(current).strip())
+    return cells
+
+
+def exercise_cards(src: Path) -> list[str]:
+    return [c for c in markdown_cells(src) if c.startswith("### Exercise ")]
+
+
+def card_problems(card: str) -> list[str]:
+    """What is wrong with one card's format, in words; empty when it follows the format."""
+    problems = []
+    if "**Hints**" not in card:
+        problems.append("no **Hints** label")
+    blocks = DETAILS.findall(card)
+    names = [summary for summary, _ in blocks]
+    hints = [HINT.match(n) for n in names]
+    numbers = [int(h.group(1)) for h in hints if h]
+    if numbers not in ([1, 2], [1, 2, 3]):
+        problems.append(f"hints numbered {numbers}: Hint 1 and Hint 2 are required, Hint 3 optional")
+    others = [n for n, h in zip(names, hints) if not h]
+    if others not in ([], ["Make it fast"]) or (others and names[-1] != "Make it fast"):
+        problems.append(f"other <details> blocks {others}: only one 'Make it fast', after the hints")
+    for summary, body in blocks:
+        if not (body.startswith("\n\n") and body.rstrip(" ").endswith("\n\n")):
+            problems.append(f"{summary!r}: a blank line after <summary> and before </details> (markdown needs them)")
+        trick = SPEED.search(body)
+        if HINT.match(summary) and trick and not SPEED.search(DETAILS.sub(" ", card)):
+            problems.append(f"{summary!r} speaks of speed ({trick.group(0)!r}): move it to 'Make it fast'")
+    if card.count("<details>") != len(blocks):
+        problems.append("a <details> block without its <summary> on the same line")
+    if not cards.MARKER.search(card) or "**Graded.**" not in card:
+        problems.append("no **Graded.** line with its <!-- graded: ID --> marker")
+    if "**Spec.**" not in card:
+        problems.append("no **Spec.**")
+    words = card_words(card)
+    if words > CARD_WORDS:
+        problems.append(f"{words} words outside the hints (Hint 1 included): at most {CARD_WORDS}")
+    return problems
+
+
+def card_words(card: str) -> int:
+    """Words a reader meets before opening anything: the card outside <details>, and Hint 1."""
+    hint1 = [body for summary, body in DETAILS.findall(card) if summary.startswith("Hint 1")]
+    outside = DETAILS.sub(" ", card)
+    text = re.sub(r"<!--.*?-->", " ", outside + " " + " ".join(hint1))
+    return len(re.findall(r"[^\s#*|`]+", text.replace("**Hints**", " ")))
+
+
+@pytest.mark.parametrize("name", [p.stem for p in build.sources()])
+def test_every_exercise_card_follows_the_hint_format(root, name):
+    if name in NOT_CONVERTED:
+        pytest.xfail(f"{name}: its cards are not in the hint format yet")
+    src = root / "solutions" / name / f"{name}.py"
+    cards_ = exercise_cards(src)
+    assert cards_, f"{name} has no exercise card"
+    found = {card.splitlines()[0]: card_problems(card) for card in cards_}
+    assert not {k: v for k, v in found.items() if v}, {k: v for k, v in found.items() if v}
+
+
+GOOD_CARD = """### Exercise 09.x · A thing (about 10 min · ★☆☆)
+
+**Spec.** `f(x) -> y`: y = 2x, one launch.
+
+**Hints**
+
+<details><summary>Hint 1 · the idea</summary>
+
+One program per block.
+
+</details>
+<details><summary>Hint 2 · the shape of the code</summary>
+
+Load, double, store, all masked.
+
+</details>
+<details><summary>Make it fast</summary>
+
+num_warps = 4.
+
+</details>
+
+**Graded.**
+<!-- graded: 01.warmup_copy -->"""
+
+
+def test_a_card_in_the_format_passes_and_each_break_of_it_is_named():
+    assert card_problems(GOOD_CARD) == []
+    assert "hints numbered [1]" in card_problems(GOOD_CARD.replace("Hint 2 ·", "Second ·"))[0]
+    assert any("blank line" in p for p in card_problems(GOOD_CARD.replace("idea</summary>\n\n", "idea</summary>\n")))
+    assert any("speaks of speed" in p for p in card_problems(GOOD_CARD.replace("double,", "num_warps=8, double,")))
+    assert any("only one 'Make it fast'" in p for p in card_problems(GOOD_CARD.replace("Make it fast", "Speed")))
+    assert any("marker" in p for p in card_problems(GOOD_CARD.replace("<!-- graded: 01.warmup_copy -->", "")))
+    long = GOOD_CARD.replace("one launch.", "one launch. " + "word " * 250)
+    assert any("words outside the hints" in p for p in card_problems(long))
+    # The hints beyond the first and the speed tricks are not counted.
+    assert card_words(GOOD_CARD.replace("Load, double", "Load, " + "word " * 300 + "double")) == card_words(GOOD_CARD)
+
+
+def test_hint_markdown_is_found_in_a_text_source(tmp_path):
+    src = tmp_path / "09_x.py"
+    src.write_text("# %% [markdown]\n" + "\n".join(f"# {line}".rstrip() for line in GOOD_CARD.splitlines())
+                   + "\n\n# %%\nx = 1\n")
+    assert exercise_cards(src) == [GOOD_CARD]

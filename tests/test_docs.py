@@ -139,3 +139,53 @@ def test_speed_figures_are_recognised(text):
                                   "4·eps·√K", "M = 8192 x 4096"])
 def test_prose_is_not_taken_for_a_speed(text):
     assert not speed_figures(f"It uses {text} here.")
+
+
+# The time a notebook's header gives ("About 4 hours", "About 13-20 h", "about 4 to 6 hours"), and the README's
+# time column ("2-4 h"), as (low, high) hours.
+_HOURS = re.compile(r"\babout (\d+(?:\.\d+)?)(?:\s*(?:-|–|to)\s*(\d+(?:\.\d+)?))?\s*(?:h\b|hours?\b)", re.I)
+_README_ROW = re.compile(r"^\| (\d\d) \|.*\| (\d+(?:\.\d+)?)(?:\s*(?:-|–)\s*(\d+(?:\.\d+)?))? h \| [^|]+ \|$", re.M)
+_README_TOTAL = re.compile(r"takes roughly (\d+) to (\d+) hours, without the optional notebook 08")
+
+
+def _span(low: str, high: str | None) -> tuple[float, float]:
+    return float(low), float(high or low)
+
+
+def header_hours(src) -> tuple[float, float]:
+    """The estimate in a notebook source's header: the first line of its opening cells that gives a difficulty."""
+    for line in src.read_text().splitlines()[:40]:
+        match = _HOURS.search(line)
+        if match and "difficulty" in line:
+            return _span(match.group(1), match.group(2))
+    raise AssertionError(f"{src.name}: no 'About N hours · difficulty' line in its header")
+
+
+def readme_hours(text: str) -> dict[str, tuple[float, float]]:
+    return {m.group(1): _span(m.group(2), m.group(3)) for m in _README_ROW.finditer(text)}
+
+
+def test_readme_time_table_agrees_with_the_notebook_headers(root):
+    from autograder.publish import build
+
+    text = (root / "README.md").read_text()
+    table = readme_hours(text)
+    headers = {src.stem[:2]: header_hours(src) for src in build.sources(root)}
+    assert set(table) == set(headers), f"README rows {sorted(table)}, notebooks {sorted(headers)}"
+    differ = {nn: {"README": table[nn], "header": headers[nn]} for nn in headers if table[nn] != headers[nn]}
+    assert not differ, f"the README's time column and the notebooks' headers disagree (hours): {differ}"
+    total = _README_TOTAL.search(text)
+    assert total, "the README no longer says how long the whole course takes"
+    low = sum(lo for nn, (lo, _) in headers.items() if nn != "08")
+    high = sum(hi for nn, (_, hi) in headers.items() if nn != "08")
+    assert _span(*total.groups()) == (low, high), f"the README's total should read {low:g} to {high:g} hours"
+
+
+@pytest.mark.parametrize("line,hours", [("# *About 4 hours · difficulty ★☆☆ · prerequisites", (4, 4)),
+                                        ("# **About 13-20 h · difficulty ★★★ · prerequisites", (13, 20)),
+                                        ("# **Optional · Hopper only · about 4 to 6 hours · difficulty ★★★", (4, 6)),
+                                        ("# About 2–4 h · difficulty ★☆☆", (2, 4))])
+def test_a_header_estimate_is_read_in_each_form(tmp_path, line, hours):
+    src = tmp_path / "09_x.py"
+    src.write_text(f"# %% [markdown]\n# # Title\n#\n{line}\n")
+    assert header_hours(src) == hours
