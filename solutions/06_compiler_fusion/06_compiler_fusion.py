@@ -9,7 +9,7 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 06 · Compiler-driven fusion: what torch.compile fuses, where it stops, and how your kernels join it
 #
-# **About 6 hours · difficulty ★★★ · prerequisites: notebooks 01 and 02 (RMSNorm's forward and backward
+# **About 4-6 h · difficulty ★★★ · prerequisites: notebooks 01 and 02 (RMSNorm's forward and backward
 # kernels); 04 and 05 for the optional comparisons.** Terms are defined where they first appear; the course's
 # [glossary](../../docs/glossary.md) has them all.
 #
@@ -117,7 +117,7 @@ def yours(name: str):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "fuses-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 1. What Inductor fuses
 #
-# ![The torch.compile pipeline: Dynamo turns Python bytecode into an FX graph of ATen operations (breaking it where it cannot trace), AOTAutograd adds the backward and splits forward from backward, and Inductor groups the operations into fused Triton kernels next to library calls such as cuBLAS.](figures/compiler_pipeline.svg)
+# ![](figures/compiler_pipeline.svg)
 #
 # Inductor lowers each ATen operation of a graph to a loop body over the output's elements, then its scheduler
 # merges loop bodies whose iterations line up: a pointwise op into the pointwise op that reads it, a pointwise op
@@ -166,6 +166,7 @@ bc = torch.randn(CH_H, device=DEVICE, dtype=CH_DTYPE)
 rc = torch.randn(CH_M, CH_H, device=DEVICE, dtype=CH_DTYPE)
 wc = 1 + 0.1 * torch.randn(CH_H, device=DEVICE, dtype=CH_DTYPE)
 compiled = {}  # name -> compiled function, for the timing cell below
+inductor_launches = {}  # name -> the kernels its generated call() launches, for the XLA section
 for name, fn, args in (("bias + GELU + residual", bias_gelu_residual, (xc, bc, rc)),
                        ("RMSNorm op by op", rmsnorm_by_hand, (xc, wc))):
     if not may_compile(f"compiling {name}"):
@@ -174,7 +175,7 @@ for name, fn, args in (("bias + GELU + residual", bias_gelu_residual, (xc, bc, r
     compiled[name] = torch.compile(fn)
     out, code = run_code(compiled[name], *args)
     torch.testing.assert_close(out, fn(*args), rtol=2e-2, atol=2e-2)
-    launches = launches_in_code(code)
+    launches = inductor_launches[name] = launches_in_code(code)
     print(f"{name}: {len(launches)} kernel launch(es) in the generated call(): {launches}")
     if launches:
         source = kernel_source(code, launches[0]).splitlines()
@@ -200,8 +201,28 @@ for name, fn, args in (("bias + GELU + residual", bias_gelu_residual, (xc, bc, r
 # * `fused_chain_bytes`: the fewest bytes Inductor's one fused kernel for it must move;
 # * `fused_rmsnorm_bytes`: the same for `rmsnorm_by_hand(x, w)` compiled, with the row held in registers.
 #
-# **Hints** *(optional)*. Count each kernel's reads and writes, one line each, as notebook 01 did; a vector of
-# `cols` elements is read once per kernel that uses it.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Count kernel by kernel, as notebook 01 did: every tensor a kernel reads or writes crosses HBM once in that
+# kernel, and a value that stays inside a kernel costs nothing.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Write `x = rows · cols · elem_bytes` and `vec = cols · elem_bytes` first. Eager runs three kernels: the add
+# (reads `x` and `b`, writes a temporary), GELU (reads it, writes another), the add of `r` (reads two, writes
+# `y`); sum their lines. A fused kernel reads each input once and writes its output once.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Each answer is a small multiple of `x` plus at most one `vec`. The traps: a vector is read once per kernel that
+# uses it (so once in each fused kernel, and once in eager's first add); RMSNorm's statistic stays in
+# registers, so the fused RMSNorm reads `x` and `w` and writes `y`, nothing more.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -260,6 +281,115 @@ plt.show()
 print_against_model(names, ch_ms, ch_model, 2 * ch_bytes, bw_gbps)
 if not ON_GPU:
     print("No GPU: nothing was timed; the bars show the model at the reference H200's copy bandwidth.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "xla-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Beside Inductor: what XLA fuses
+#
+# JAX (and TensorFlow's `jit`) hand their graphs to another compiler, **XLA**. `jax.jit(f)` traces the whole
+# Python function once per set of input shapes into HLO (XLA's graph of about a hundred high-level operations:
+# `add`, `exponential`, `reduce`, `dot`, `convolution`, …), with no graph breaks: a value Python would need from
+# the device is an error at tracing time, not a break. XLA's GPU compiler then groups the HLO into **fusions**,
+# each one kernel, by a few rules:
+#
+# * **loop fusion**: elementwise producers are fused into the elementwise op that consumes them, one loop over
+#   the output's elements (`kind=kLoop`), as Inductor's pointwise kernels;
+# * **input fusion**: a reduction takes in the elementwise ops that produce its input, so its loop reads the
+#   original tensors (`kind=kInput`), as Inductor's `red`/`per` kernels;
+# * **multi-output fusion**: siblings that read the same input (a reduction and an elementwise op over `x`, or a
+#   producer still needed outside its consumer) become one kernel with several outputs, so `x` is read once;
+# * **heuristics**: it does not fuse into matrix products or convolutions, beyond simple epilogues (a bias, an
+#   activation) that cuBLAS or cuDNN apply themselves; on recent GPUs it may instead emit a GEMM as a Triton
+#   kernel with elementwise ops fused around it. It will not duplicate an expensive producer (an `exp`, a
+#   reduction) into several consumers, and it caps a fusion's size (operands, registers, shared memory).
+#
+# What it does not generate, it hands to libraries as **custom calls**: matrix products to cuBLAS (cuBLASLt with
+# an epilogue), convolutions to cuDNN, and attention to cuDNN's fused attention where asked for. Inductor makes
+# the same choices with other tools: cuBLAS for products (its own Triton GEMM templates in `max-autotune`),
+# Triton for everything it fuses, and graph breaks where Python gets in the way.
+#
+# The cell compiles this section's two functions in JAX, prints the optimised HLO's top-level computation (its
+# `fusion` instructions are the kernels; each calls a `fused_computation` listed above it in the full text) and
+# counts them against the kernels Inductor made for the same graphs above. JAX is not among the course's
+# packages: where it is not installed, the cell says so and does nothing else.
+
+# %% nbgrader={"grade": false, "grade_id": "xla", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+import importlib.util
+
+
+def hlo_entry(hlo: str) -> list[str]:
+    """The instructions of an optimised HLO module's ENTRY computation, one string each, without their metadata."""
+    lines, inside = [], False
+    for line in hlo.splitlines():
+        if line.startswith("ENTRY "):
+            inside = True
+        elif inside and line.startswith("}"):
+            break
+        elif inside and "=" in line:
+            lines.append(line.strip().split(", metadata=")[0].split(", backend_config=")[0])
+    return lines
+
+
+def hlo_kernels(entry: list[str]) -> dict:
+    """{kind: count} of what launches work in an ENTRY computation: fusions, custom calls (library kernels) and
+    any other op left on its own (views, tuples and constants launch nothing)."""
+    free = ("parameter(", "tuple(", "get-tuple-element(", "bitcast(", "constant(")
+    kinds = {}
+    for line in entry:
+        op = line.split("=", 1)[1]
+        if any(f" {f}" in op for f in free):
+            continue
+        kind = "fusion" if " fusion(" in op else "custom-call" if " custom-call(" in op else "other"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+if importlib.util.find_spec("jax") is None:
+    print("JAX is not installed in this environment (it is not among the course's packages): nothing to show. "
+          "In an environment with JAX, this cell prints XLA's fused HLO for the two functions above.")
+elif runtime.small_demos():
+    print("XLA's HLO: skipped while the grader runs this notebook")
+else:
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX would take most of the GPU's memory
+    import jax
+    import jax.numpy as jnp
+
+    def xla_bias_gelu_residual(x, b, r):
+        return jax.nn.gelu(x + b, approximate=False) + r
+
+    def xla_rmsnorm(x, w, eps=1e-5):
+        xf = x.astype(jnp.float32)
+        rstd = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+        return (xf * rstd).astype(x.dtype) * w
+
+    jdtype = jnp.bfloat16 if CH_DTYPE == torch.bfloat16 else jnp.float32
+    print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; shapes ({CH_M}, {CH_H}), {jnp.dtype(jdtype).name}")
+    for name, fn, shapes in (("bias + GELU + residual", xla_bias_gelu_residual, ((CH_M, CH_H), (CH_H,), (CH_M, CH_H))),
+                             ("RMSNorm op by op", xla_rmsnorm, ((CH_M, CH_H), (CH_H,)))):
+        args = [jnp.ones(shape, jdtype) for shape in shapes]
+        entry = hlo_entry(jax.jit(fn).lower(*args).compile().as_text())
+        kinds = hlo_kernels(entry)
+        print(f"\n{name}: XLA's ENTRY computation, {len(entry)} instruction(s)")
+        for line in entry:
+            print("    " + (line if len(line) <= 150 else line[:147] + "..."))
+        inductor = (f"{len(inductor_launches[name])} kernel(s) from Inductor above"
+                    if name in inductor_launches else "Inductor's count: not compiled above")
+        print(f"  -> XLA: {kinds.get('fusion', 0)} fusion(s), {kinds.get('custom-call', 0)} custom call(s), "
+              f"{kinds.get('other', 0)} other op(s) on their own; {inductor}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "xla-discuss-md", "locked": true, "schema_version": 3, "solution": false}
+# What to look for, where JAX ran: the chain is pure elementwise work, so both compilers should make it one loop
+# (`kind=kLoop` in XLA). RMSNorm has a reduction and a broadcast back over the row: read each fusion's `kind`
+# and its operands to see how XLA cut it here (an input fusion for the sum of squares, then a loop fusion for the
+# normalisation, or one kernel for both), and set the count beside Inductor's kernels above. The backend
+# matters: on a CPU, XLA's host backend cuts the same graph by its own rules, as Inductor's C++ backend does.
+# Where the counts differ, the bytes differ: each extra fusion writes its output to memory and the next reads it
+# back. The two compilers share the rules (fuse elementwise work into its consumer and into the reduction that
+# reads it); they part ways around products (XLA's custom calls with small epilogues, or its Triton GEMM fusions,
+# against Inductor's cuBLAS calls and templates) and in how a graph is captured (a whole traced function against
+# Dynamo's graphs between breaks).
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "yours-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused kernels from notebooks 04 and 05 (optional, not graded)
@@ -605,10 +735,30 @@ elif not ON_GPU:
 # (dx, dweight)`. The cell below holds the stubs, with their exact signatures; paste notebook 02's kernels where
 # it says so.
 #
-# **Hints** *(optional)*. Keep the type annotations: `triton_op` reads the schema from them. Inside a `triton_op`
-# only allocate (`torch.empty…`) and launch through `wrap_triton`; arithmetic in torch there is traced as ops of
-# their own. The backward returns one gradient per input, `None` for `eps`. Running the cell again registers the
-# operators again, with your new code.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# `torch.compile` can keep your kernel in one graph only if it sees an operator it can trace: `triton_op` makes
+# one from a function that allocates and launches, and `register_autograd` tells autograd what its backward is.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Two `triton_op`s (the forward, and the backward returning `(dx, dweight)`), each allocating with
+# `torch.empty…` and launching notebook 02's kernels through `wrap_triton(kernel)[grid](...)`; a setup function
+# that saves `x` and the weight and keeps `eps` on `ctx`; a backward function that calls the backward operator;
+# then `rmsnorm_op.register_autograd(backward, setup_context=setup)`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Keep the type annotations: `triton_op` reads the schema from them. Inside a `triton_op` only allocate and
+# launch: torch arithmetic there is traced as ops of its own. The backward returns one gradient per input,
+# `None` for `eps`, and calls the operator on a contiguous `dy`. Running the cell again registers the operators
+# again, with your new code.
+#
+# </details>
 #
 # **Graded.** The grader compiles `block(x, residual, w) = silu(rmsnorm_op(x + residual, w, 1e-5))` with
 # `fullgraph=True` (Inductor on a GPU; Dynamo alone on a CPU, where the interpreter's kernels cannot run inside
@@ -796,10 +946,27 @@ if ON_GPU and may_compile("fake_quant_broken, compiled"):
 # 127) · s` with `s = max|x| / 127`, in `x`'s dtype; an all-zero `x` gives zeros back. Plain PyTorch, with the
 # results of `fake_quant_broken`, but no `.item()` and no Python branch on a value from the GPU.
 #
-# **Hints** *(optional)*. Compute in float32 (`x.float()`: the scale and the division in bf16 would round
-# differently from the reference). `torch.where` replaces the branch. Mind the zero case inside it: `x / 0` is
-# `nan`, and the branch not taken is still computed, harmless in a `where` but not in a product; a scale of 1
-# where `amax == 0` avoids it.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Dynamo breaks the graph where Python needs a value that lives on the GPU. Keep every value a tensor, and turn
+# the branch into arithmetic that computes both sides and picks one.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `amax = x.float().abs().amax()` (a 0-d tensor), a scale chosen with `torch.where(amax == 0, …, …)`, then
+# divide, `round`, `clamp`, multiply, in float32, and cast back to `x`'s dtype.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Compute in float32: the scale and the division in bf16 would round differently from the reference. Mind the
+# zero case: `x / 0` is `nan`, and a `where` computes the branch it does not take; harmless there, but not in a
+# product. A scale of 1 where `amax == 0` avoids it.
+#
+# </details>
 #
 # **Graded.** Results against the reference on several shapes and dtypes, all-zero input included; one graph
 # under `torch.compile(fake_quant, fullgraph=True)`; (GPU) at most three kernels (a split reduction's two and one
@@ -1228,9 +1395,35 @@ else:
 # Launch the given `_row_argmax_kernel` one program per row through your own `triton.autotune` wrapper of it,
 # `_row_argmax_tuned`, with your list of configs `ROW_ARGMAX_CONFIGS`.
 #
-# **Hints** *(optional)*. Every config must compile without spilling at the graded shapes (section 5's plot shows
-# where spills start). Take configs from both columns of the table above. The key decides when the tuner times
-# again: name the row length and `rows_bucket`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The kernel is written; what you choose is the menu of launch settings and when the tuner may choose again.
+# The table above says no single setting serves both shapes.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `ROW_ARGMAX_CONFIGS = [triton.Config({"BLOCK_N": …}, num_warps=…, num_stages=…), …]`, then
+# `_row_argmax_tuned = triton.autotune(configs=ROW_ARGMAX_CONFIGS, key=[…])(_row_argmax_kernel)`, and `row_argmax`
+# launches it with a grid of one program a row and `rows_bucket` as the stub's comments say.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The key decides when the tuner times again: name the row length and `rows_bucket`, never the raw row count.
+# The traps: `x.stride(1) != 1` or a non-2-D `x` must be refused with a `ValueError`, the output is int64, and
+# `BLOCK_N` is a `triton.Config` key, not an argument you pass at the launch.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Take configs from both columns of the table above (large blocks and many warps for the decode shape, small
+# blocks with few warps and three stages for the training shape). Every config must compile without spilling
+# at the graded shapes: section 5's plot shows where spills start.
+#
+# </details>
 #
 # **Graded.** Correctness (ties between equal maxima included), and (GPU) speed at the decode and the training
 # shape against `torch.argmax`, timed in turns on your GPU, with no register spills.
