@@ -14,6 +14,7 @@ EXTRA_SHAPES = {
     "03.qkv_projection": (Shape((33, 80, 24, 300)), Shape((3, 128, 64, 4097))),
     "04.gemm_gelu_residual": (Shape((65, 129, 1000)), Shape((2, 3000, 70), "linear"), Shape((257, 31, 33), "padded")),
     "04.swiglu": (Shape((65, 129, 1000)), Shape((3, 1000, 40), "linear"), Shape((129, 17, 65), "padded")),
+    "04.lora": (Shape((65, 129, 40, 1000)), Shape((3, 1000, 8, 40), "transposed"), Shape((129, 17, 64, 65), "padded")),
     "05.softmax": (Shape((2, 16385), "masked"), Shape((3, 33000), "padded"), Shape((65, 3))),
     "05.flash_attention": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd"),
                            Shape((1, 1, 257, 128))),

@@ -12,6 +12,7 @@ _MODULES = (
     "vertical_fusion",
     "horizontal_fusion",
     "gemm_epilogue_fusion",
+    "lora",
     "streaming_reduction_fusion",
     "compiler_fusion",
     "training_predictions",
