@@ -219,8 +219,9 @@ FUSED_CHAIN = KernelExercise(
 
 
 # Warm-ups before (c) ---------------------------------------------------------------------------------------
-# Five small kernels, each graded on correctness only, on small shapes (the interpreter runs them in
-# well under a second): the tail of a block (masks), strides, broadcasting, a reduction, a loop over blocks.
+# A repair and five small kernels, each graded on correctness only, on small shapes (the interpreter runs them in
+# well under a second): the compiler's errors, the tail of a block (masks), strides, broadcasting, a reduction, a
+# loop over blocks.
 
 _WARMUP_TOL = {torch.float32: (1e-6, 1e-6), torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1e-2)}
 # A sum of up to a few hundred values of size ~1 rounds once to the output dtype, after float32 accumulation.
@@ -358,6 +359,34 @@ WARMUP_RUNNING_MAX = KernelExercise(
     ),
 )
 
-WARMUPS = (WARMUP_COPY, WARMUP_TILE, WARMUP_BROADCAST, WARMUP_ROW_SUM, WARMUP_RUNNING_MAX)
+def _vector_and_bounds(shape: Shape, dtype, device, gen):
+    (n,) = shape.dims
+    x = (2 * torch.randn(n, generator=gen)).to(dtype).to(device)  # a spread wide enough for both bounds to bite
+    return {"x": x, "lo": -0.75, "hi": 1.25}
+
+
+# The repair warm-up: the notebook hands out a broken clamp kernel (a runtime-bound tl.arange, and a store
+# without its mask) to be repaired. Lengths that are not multiples of any block catch the missing store mask.
+WARMUP_REPAIR = KernelExercise(
+    id="01.warmup_repair",
+    notebook=NOTEBOOK,
+    function="clamp",
+    signature="clamp(x, lo, hi) -> Tensor",
+    summary="Warm-up: repair a broken kernel that clamps a 1-D tensor to [lo, hi] (one compile error, one mask bug).",
+    criteria=("correctness",),
+    make_inputs=_vector_and_bounds,
+    reference=lambda x, lo, hi: x.double().clamp(lo, hi),
+    eager=lambda x, lo, hi: x.clamp(lo, hi),
+    bytes=lambda x, lo, hi: _copy_bytes(x),
+    shapes=(Shape((1,)), Shape((7,)), Shape((256,)), Shape((1000,)), Shape((1025,)), Shape((3001,))),
+    tolerance=_WARMUP_TOL,
+    special_values=False,
+    diagnoses=(
+        ("only the upper bound was applied: clamp is min(max(x, lo), hi)", lambda x, lo, hi: x.double().clamp(max=hi)),
+        ("only the lower bound was applied: clamp is min(max(x, lo), hi)", lambda x, lo, hi: x.double().clamp(min=lo)),
+    ),
+)
+
+WARMUPS = (WARMUP_REPAIR, WARMUP_COPY, WARMUP_TILE, WARMUP_BROADCAST, WARMUP_ROW_SUM, WARMUP_RUNNING_MAX)
 
 EXERCISES = (COST_MODEL, LAYER_TRAFFIC, *WARMUPS, FUSED_CHAIN)

@@ -9,7 +9,7 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 01 · The HBM cost model: why fusion pays
 #
-# *About 4 hours · difficulty ★☆☆ · prerequisites: PyTorch; no CUDA or Triton experience assumed.*
+# *About 3-5 h · difficulty ★☆☆ · prerequisites: PyTorch; no CUDA or Triton experience assumed.*
 #
 # Most operators in a transformer's forward pass do a handful of arithmetic operations per byte they
 # touch. On a modern GPU that makes them wait on memory, not on arithmetic, and it makes one number
@@ -23,9 +23,11 @@
 #    hand-written Triton kernel, and against tiny tensors where launches, not bytes, set the time;
 # 4. count the bytes a Llama-2-7B decoder layer's elementwise and normalisation ops move
 #    (**exercise 01.layer_traffic**);
-# 5. read one Triton kernel line by line, see which elements each of its programs touches, and write five
-#    small warm-up kernels (**01.warmup_copy** to **01.warmup_running_max**);
-# 6. write your first real fused kernel, bias + SiLU + scale (**exercise 01.fused_chain**), graded on
+# 5. read one Triton kernel line by line and see which elements each of its programs touches;
+# 6. debug a kernel without the grader (the interpreter, printing from inside a kernel, the compiler's common
+#    errors) and repair a broken one (**01.warmup_repair**), then write five small warm-up kernels
+#    (**01.warmup_copy** to **01.warmup_running_max**);
+# 7. write your first real fused kernel, bias + SiLU + scale (**exercise 01.fused_chain**), graded on
 #    correctness, precision, measured bandwidth and fusion.
 #
 # **No GPU?** The course then runs Triton kernels in Triton's interpreter on the CPU. Everything is
@@ -54,7 +56,7 @@ DEVICE = runtime.device()
 # %% [markdown] nbgrader={"grade": false, "grade_id": "roofline-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 1. Two ceilings and the roofline
 #
-# ![The memory hierarchy of a GPU: many streaming multiprocessors, each with its own registers and shared memory, share one L2 cache and the HBM behind it; each level down is larger and slower.](figures/memory_hierarchy.svg)
+# ![](figures/memory_hierarchy.svg)
 #
 # A GPU is made of many **streaming multiprocessors (SMs)**, each running many threads at once with its own
 # registers and a small, fast scratchpad (**shared memory**); all of them share an L2 cache and, behind it, the
@@ -66,8 +68,10 @@ DEVICE = runtime.device()
 # * the **memory ceiling**: the bytes it must move through HBM divided by the bandwidth `BW`;
 # * the **compute ceiling**: the floating-point operations it must do divided by the arithmetic rate `P`.
 #
-# Their ratio is the kernel's **arithmetic intensity** `I = FLOPs / bytes`. Below the *ridge point*
-# `I* = P / BW` the memory ceiling is the lower one and the kernel is memory-bound; above it, compute-bound.
+# The ratio of the two rates, `I* = P / BW` in FLOPs per byte, belongs to the machine: it is its **balance
+# point**, the *ridge point* of the roofline. A kernel has its own **arithmetic intensity** `I = FLOPs / bytes`:
+# the FLOPs it does over the bytes it moves. Below the ridge point (`I < I*`) the memory ceiling is the lower
+# one and the kernel is memory-bound; above it, compute-bound.
 # The profile printed above holds both ceilings *measured* on this machine (a large device-to-device copy
 # and an 8192³ bf16 matrix product), because datasheet numbers are not what code reaches.
 #
@@ -128,8 +132,28 @@ plt.show()
 # above, in **seconds**, for `n_ops` ≥ 1 operations on a tensor of `size_bytes` bytes, with `bandwidth` in
 # bytes per second and `launch_s` in seconds. Python numbers in, a tuple of two floats out.
 #
-# **Hints** *(optional)*. Each pass reads `S` bytes and writes `S` bytes. The plots below draw *your* model
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Count one kernel at a time: what does it read, what does it write, and what does starting it cost? Then count
+# the kernels: `n` unfused, one fused.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# One pass over the tensor costs `2 * size_bytes / bandwidth` seconds (a read and a write of `S` bytes). The
+# unfused chain pays a pass and a launch per operation; the fused kernel pays one of each. Return the two
+# numbers as a tuple, unfused first.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `one_pass = 2 * size_bytes / bandwidth`, then `n_ops * (one_pass + launch_s)` and `one_pass + launch_s`.
+# The traps: forgetting the factor 2, or the launch of the fused kernel. The plots below draw *your* model
 # against the measurements, so a wrong formula shows there too.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -295,8 +319,28 @@ plt.show()
 # the simple model above, unfused and fused, and the time in seconds the fused layer saves at `bandwidth` bytes
 # per second. All arguments are Python numbers.
 #
-# **Hints** *(optional)*. Write `x` and `h` as in the text, then one line per kernel: "reads …, writes …".
-# It is graded on Llama-2-7B and on other model shapes, so nothing may be specific to 4096 or 11008.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Work in bytes of whole tensors. Two sizes are enough, `|x|` and `|h|`; every kernel of the list above moves a
+# small whole number of each.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Compute `x = batch * seq * hidden * bytes_per_elem` and `h` likewise with `intermediate`. Then one line per
+# op, written as "reads …, writes …": an RMSNorm, a residual add, the SwiGLU activation, unfused and fused. Sum
+# them (two RMSNorms and two residual adds per layer) and divide the difference by the bandwidth.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Unfused RMSNorm `5x`, fused `2x`; residual add `3x` either way; SwiGLU unfused `2h + 3h`, fused `3h`. The
+# traps: counting elements instead of bytes, using `hidden` for the MLP's tensors, and a saving in bytes rather
+# than seconds. It is graded on other model shapes too, so nothing may be specific to 4096 or 11008.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -358,9 +402,11 @@ else:
 #   compiles one version of the kernel per value. Triton requires it to be a power of two.
 # * `num_warps` (a launch option, not a kernel argument) says how many **warps** run one program on the GPU: a
 #   warp is 32 threads that execute the same instruction together, so `num_warps=4` spreads a block over 128
-#   threads. It changes speed, never the result; the interpreter ignores it.
+#   threads. For an elementwise kernel it changes speed, never the result. A reduction is different: the layout
+#   decides in which order a block's lanes are added, and float addition is not associative, so a float `tl.sum`
+#   can change in its last bits with `num_warps` (or the block size). The interpreter ignores `num_warps`.
 #
-# ![The grid of programs: a vector cut into blocks of BLOCK elements, program i loading and storing block i, the last block's lanes past the end masked off.](figures/program_grid.svg)
+# ![](figures/program_grid.svg)
 
 # %% nbgrader={"grade": false, "grade_id": "worked-kernel", "locked": true, "schema_version": 3, "solution": false}
 @triton.jit
@@ -428,8 +474,321 @@ fig = draw_programs(_scaled_add_wrong_mask, (3,), xs, ys, outs, 0.5, 10, BLOCK=4
 print(fig.recording.summary())
 fig
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "debug-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 7. Debugging a kernel without the grader
+#
+# The grader tells you *that* a kernel is wrong. To find out *why*, look inside it. Three tools do most of the
+# work: running the kernel in Triton's **interpreter**, where it is plain Python you can print from and stop in;
+# `tl.static_print` and `tl.device_print`, which also work on a GPU; and reading the compiler's errors, of which
+# five come up again and again. Section 7 ends with a kernel that has two bugs, for you to repair.
+#
+# ### The interpreter
+#
+# With `TRITON_INTERPRET=1` in the environment, `@triton.jit` does not compile a kernel: each launch runs the
+# kernel's Python code once per program, one program after another, on NumPy arrays in the CPU's memory. It is
+# hundreds of times slower, and it knows nothing of warps or shared memory, but every value is a real array you
+# can print, and an access outside a tensor is reported instead of corrupting memory.
+#
+# Triton reads the variable when `@triton.jit` decorates a function, so it must be set before any kernel is
+# defined. The set-up cell's `import autograder` does this for you on a machine without a CUDA GPU: that is why
+# this notebook runs everywhere. On a GPU machine, to debug, restart the Jupyter kernel and run this as the
+# very first cell, before the set-up cell:
+#
+# ```python
+# import os
+# os.environ["TRITON_INTERPRET"] = "1"  # before `import autograder`, `import triton` and any @triton.jit
+# ```
+#
+# The course then puts its tensors on the CPU (`DEVICE` is `"cpu"`) and grades correctness only. Delete the
+# line and restart the kernel to go back to compiled kernels. From a terminal, `TRITON_INTERPRET=1 python
+# my_script.py` does the same.
+#
+# In the interpreter a plain `print` inside a kernel prints the real values of one program's block, and
+# `breakpoint()` opens Python's debugger inside it. Stop in one program only, or you will step through all of
+# them:
+#
+# ```python
+# @triton.jit
+# def _scaled_add_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+#     pid = tl.program_id(axis=0)
+#     offs = pid * BLOCK + tl.arange(0, BLOCK)
+#     mask = offs < n
+#     if pid == 3:
+#         breakpoint()  # interpreter only: `p offs`, `p mask`, `n` for the next line, `c` to go on
+#     ...
+# ```
+#
+# (This is shown, not run: a breakpoint would stop "Run All". A compiled kernel cannot stop at a breakpoint.)
+# The cell below prints the block of program 2 of the worked kernel's layout: 10 elements, blocks of 4.
+
+# %% nbgrader={"grade": false, "grade_id": "debug-print", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+@triton.jit
+def _peek_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=-1.0)
+    if pid == 2:  # one program only
+        print("program 2: offs, mask, x =", offs, mask, x)
+
+
+_peek_kernel[(3,)](torch.arange(10.0, device=DEVICE), 10, BLOCK=4)
+if not runtime.interpreted():
+    torch.cuda.synchronize()  # a compiled kernel's prints arrive when it has finished
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "debug-prints-md", "locked": true, "schema_version": 3, "solution": false}
+# In the interpreter that is one line, with whole arrays. Compiled on a GPU, Triton turns a `print` inside a
+# kernel into `tl.device_print`, below, and the line comes out once per element instead.
+#
+# ### `tl.static_print` and `tl.device_print`
+#
+# * `tl.static_print(...)` runs while the kernel is **compiled**: it prints what the compiler knows, such as a
+#   block's shape and dtype (`fp32[constexpr[4]]`) and the value of a `tl.constexpr`, never the data. Compiled
+#   kernels are cached, so it prints only the first time a kernel is compiled for those arguments. In the
+#   interpreter nothing is compiled: it prints each program's values, like `print`.
+# * `tl.device_print("prefix", x)` runs while the kernel **runs**, on the GPU: one line per element of `x`,
+#   tagged with the program id and the element's index, in no particular order (and a line can repeat where
+#   several threads hold the same element). Guard it with an `if` on the program id, or it prints every
+#   element of every program. The lines come from the GPU's own print buffer: in JupyterLab they appear under
+#   the cell, or in the terminal that started Jupyter on some set-ups. In the interpreter it prints one line
+#   per program, with the whole block.
+
+# %% nbgrader={"grade": false, "grade_id": "debug-static-device-print", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+@triton.jit
+def _print_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.static_print("static_print: x is", x, "and BLOCK is", BLOCK)
+    if pid == 1:
+        tl.device_print("device_print x", x)
+
+
+_print_kernel[(2,)](torch.arange(6.0, device=DEVICE), 6, BLOCK=4)
+if not runtime.interpreted():
+    torch.cuda.synchronize()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "debug-errors-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Five common compile errors, and a PyTorch habit
+#
+# A kernel is compiled at its first launch, so its errors come from the launch line. Triton's message names the
+# line of the kernel and what is wrong with it; the interpreter, which compiles nothing, reports most of the
+# same mistakes while it runs, and a few not at all. Each cell below makes one mistake for real, catches the
+# error and prints the end of Triton's own message, then the fix. Where the interpreter does not raise, the
+# cell says what it did instead: read those lines when you run the notebook on a GPU too.
+
+# %% nbgrader={"grade": false, "grade_id": "debug-errors-helpers", "locked": true, "schema_version": 3, "solution": false}
+def launch_error(launch):
+    """Call launch() and return the exception it raised, or None if it ran."""
+    try:
+        launch()
+    except Exception as exc:  # noqa: BLE001  the cells below show whichever error comes, compiled or interpreted
+        return exc
+    return None
+
+
+def show_error(exc, fix):
+    """Print the error's type and the end of Triton's message (or that none came), then the fix."""
+    if exc is None:
+        print("no error was raised here")
+    else:
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        print(f"{type(exc).__name__}: " + "\n    ".join(lines[-6:]))
+    print(f"fix: {fix}")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-arange", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# 1. tl.arange with a bound known only at run time.
+@triton.jit
+def _runtime_arange_kernel(x_ptr, y_ptr, n):
+    offs = tl.arange(0, n)  # n is a run-time argument: a block's size must be known when compiling
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+
+
+x = torch.randn(64, device=DEVICE)
+show_error(launch_error(lambda: _runtime_arange_kernel[(1,)](x, torch.empty_like(x), 64)),
+           "a compile-time block, BLOCK: tl.constexpr, and a mask for the lanes past n: "
+           "offs = pid * BLOCK + tl.arange(0, BLOCK); mask = offs < n")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-power-of-two", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# 2. A block size that is not a power of two.
+@triton.jit
+def _block_1000_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+x = torch.randn(3000, device=DEVICE)
+show_error(launch_error(lambda: _block_1000_kernel[(3,)](x, torch.empty_like(x), 3000, BLOCK=1000)),
+           "BLOCK = 1024 (triton.next_power_of_2(1000)) and a mask: the grid is triton.cdiv(n, BLOCK)")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-if", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# 3. A Python `if` on a block of values: which lane decides?
+@triton.jit
+def _branch_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    if x > 0:  # wanted: double the positive elements
+        x = x * 2.0
+    tl.store(y_ptr + offs, x, mask=offs < n)
+
+
+x = torch.tensor([-1.0, 1.0, -2.0, 2.0, -3.0, 3.0, -4.0, 4.0], device=DEVICE)
+y = torch.zeros_like(x)
+exc = launch_error(lambda: _branch_kernel[(1,)](x, y, 8, BLOCK=8))
+show_error(exc, "decide lane by lane: x = tl.where(x > 0, x * 2.0, x). (An `if` on a scalar, such as the "
+                "program id or a constexpr, is fine.)")
+if exc is None:
+    print(f"The interpreter ran it without complaint and decided the branch for the whole block at once:\n"
+          f"    got    {y.tolist()}\n    wanted {torch.where(x > 0, 2 * x, x).tolist()}\n"
+          "A silent wrong answer here, an error from the compiler on a GPU.")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-dot-size", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# 4. A tl.dot whose tiles are too small (here 8 x 8: K = 8).
+@triton.jit
+def _small_dot_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+    i = tl.arange(0, B)
+    a = tl.load(a_ptr + i[:, None] * B + i[None, :])
+    b = tl.load(b_ptr + i[:, None] * B + i[None, :])
+    tl.store(c_ptr + i[:, None] * B + i[None, :], tl.dot(a, b))
+
+
+a, b = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
+c = torch.zeros(8, 8, device=DEVICE)
+exc = launch_error(lambda: _small_dot_kernel[(1,)](a, b, c, B=8))
+show_error(exc, "tiles of at least 16 along K (and 16 x 16 or more is safest on every Triton version): "
+                "pad the small matrix with masked loads (other=0.0) up to 16")
+if exc is None:
+    print(f"The interpreter computes tl.dot with NumPy and has no smallest tile: it ran, and "
+          f"max |c - a @ b| = {(c - a @ b).abs().max().item():.1e}. A GPU's tensor cores multiply tiles of at "
+          "least 16 along K, and the compiler refuses smaller ones.")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-dot-dtype", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# 5. tl.dot of two tiles of different dtypes.
+@triton.jit
+def _mixed_dot_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
+    i = tl.arange(0, B)
+    a = tl.load(a_ptr + i[:, None] * B + i[None, :])  # float32
+    b = tl.load(b_ptr + i[:, None] * B + i[None, :])  # float16
+    tl.store(c_ptr + i[:, None] * B + i[None, :], tl.dot(a, b))
+
+
+a, b = torch.randn(16, 16, device=DEVICE), torch.randn(16, 16, device=DEVICE).half()
+exc = launch_error(lambda: _mixed_dot_kernel[(1,)](a, b, torch.zeros(16, 16, device=DEVICE), B=16))
+show_error(exc, "convert one operand so both match: tl.dot(a.to(tl.float16), b), accumulating in float32 "
+                "(tl.dot's default)")
+
+# %% nbgrader={"grade": false, "grade_id": "debug-error-torch", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# A PyTorch habit: a torch function inside a kernel.
+@triton.jit
+def _torch_inside_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, torch.sigmoid(x), mask=offs < n)  # torch runs on tensors, not on Triton blocks
+
+
+x = torch.randn(100, device=DEVICE)
+show_error(launch_error(lambda: _torch_inside_kernel[(1,)](x, torch.empty_like(x), 100, BLOCK=128)),
+           "torch functions do not run inside a kernel: use triton.language, tl.sigmoid(x), or write it out, "
+           "1 / (1 + tl.exp(-x))")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "repair-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 01.warmup_repair · Repair a broken kernel   (about 15 min · ★☆☆)
+#
+# **Spec.** `clamp(x, lo, hi)` returns a new tensor of `x`'s shape and dtype holding `min(max(x, lo), hi)`
+# element by element, for a 1-D contiguous `x` of any length (float32 or float16) and Python floats `lo ≤ hi`,
+# computed by one launch of `_clamp_kernel`. The kernel in the cell below was handed to you with **two bugs**:
+# one stops it compiling, the other writes where it must not. Repair both in place (its plan is right, two lines
+# are not), and write the launcher.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Write the launcher first and run the try cell under it: the first bug announces itself, and section 7 showed
+# its message. The second does not: the output can look right. Print one program's `offs` and `mask`, or draw
+# the programs with `draw_programs`, on a length that is not a multiple of the block.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# A block's size must be a `tl.constexpr`, so the offsets come from `BLOCK`, not from `n`. Then follow the mask
+# from where it is made to every access that needs it: a load *and* a store.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `offs = pid * BLOCK + tl.arange(0, BLOCK)`, and `tl.store(y_ptr + offs, y, mask=mask)`. The launcher is
+# `block_copy`'s with `lo` and `hi` passed: `torch.empty_like(x)`, `triton.cdiv(n, BLOCK)` programs.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 01.warmup_repair -->
+
+# %% nbgrader={"grade": false, "grade_id": "clamp", "locked": false, "schema_version": 3, "solution": true}
+# As handed to you: two bugs. Repair this kernel in place.
+@triton.jit
+def _clamp_kernel(x_ptr, y_ptr, n, lo, hi, BLOCK: tl.constexpr):
+    """Program i writes y = min(max(x, lo), hi) for elements i*BLOCK ... i*BLOCK + BLOCK - 1 (those below n)."""
+    # 1. my block's offsets and a mask for those below n
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, n)
+    mask = offs < n
+    # 2. load, clamp, store
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.minimum(tl.maximum(x, lo), hi)
+    tl.store(y_ptr + offs, y)
+
+
+### BEGIN SOLUTION
+# The repaired kernel, under the same name (it replaces the one above): the offsets come from the constexpr
+# BLOCK, not from the run-time n, and the store is masked as the load is.
+@triton.jit
+def _clamp_kernel(x_ptr, y_ptr, n, lo, hi, BLOCK: tl.constexpr):  # noqa: F811
+    """Program i writes y = min(max(x, lo), hi) for elements i*BLOCK ... i*BLOCK + BLOCK - 1 (those below n)."""
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.minimum(tl.maximum(x, lo), hi)
+    tl.store(y_ptr + offs, y, mask=mask)
+### END SOLUTION
+
+
+def clamp(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """min(max(x, lo), hi) for the 1-D contiguous tensor x: a new tensor of x's shape and dtype, from one launch
+    of _clamp_kernel."""
+    # allocate the output, choose BLOCK (a power of two, e.g. 256), launch cdiv(n, BLOCK) programs, return it
+    ### BEGIN SOLUTION
+    y = torch.empty_like(x)
+    n, BLOCK = x.numel(), 256
+    _clamp_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, lo, hi, BLOCK=BLOCK)
+    return y
+    ### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "repair-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+x = torch.linspace(-2.0, 2.0, 1000, device=DEVICE)
+print(f"max |clamp - torch.clamp| = {(clamp(x, -0.75, 1.25) - x.clamp(-0.75, 1.25)).abs().max().item():.1e}")
+xs = torch.linspace(-2.0, 2.0, 10)
+fig = draw_programs(_clamp_kernel, (3,), xs, torch.empty(10), 10, -0.75, 1.25, BLOCK=4)
+print(fig.recording.summary())
+fig
+
+# %% nbgrader={"grade": true, "grade_id": "test_warmup_repair", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("01.warmup_repair", clamp).assert_passed("correctness")
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "warmups-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 7. Five warm-ups
+# ## 8. Five warm-ups
 #
 # Five small kernels, each a step toward exercise 01.fused_chain, each graded at once on small odd-sized
 # tensors (1 point each). Every stub gives the kernel's signature and a commented plan; you write the code
@@ -442,9 +801,30 @@ fig
 #   that value, so your kernel **read outside the tensor** (a wrong mask or stride) or never wrote that element.
 # * *"likely cause: …"*: the output matched a known wrong formula, named there.
 #
+# When a message is not enough, the tools of section 7 are: print the block of the program that fails.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-copy-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.warmup_copy · A masked block copy   (about 10 min · ★☆☆)
+#
 # **Spec.** `block_copy(x)` returns a new tensor equal to the 1-D contiguous `x` (any length, float32 or
 # float16), copied by `_copy_kernel`, one block of `BLOCK` elements per program.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# It is the worked kernel of section 6 without the arithmetic: one load and one store per program, both masked.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# In the kernel: offsets from `tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)`, `mask = offs < n`, a masked
+# `tl.load` and a masked `tl.store`. In the launcher: `torch.empty_like(x)` and a grid of `triton.cdiv(n, BLOCK)`
+# programs.
+#
+# </details>
+#
+# **Graded.**
 #
 # <!-- graded: 01.warmup_copy -->
 
@@ -476,16 +856,37 @@ check("01.warmup_copy", block_copy).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-tile-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.warmup_tile · A 2-D tile with strides   (about 20 min · ★☆☆)
+#
 # **Spec.** `tile_copy(x)` returns a new **contiguous** tensor equal to the 2-D `x` of shape `(M, N)`, whose
 # layout may be anything: contiguous, transposed (`x.t()`) or every other column (`x[:, ::2]`). A tensor's
 # **stride** along a dimension is how many elements apart in memory two neighbours along it are: element
 # `(i, j)` is at `x_ptr + i * x.stride(0) + j * x.stride(1)`. Use a 2-D grid: program `(pid_m, pid_n)` copies
 # the tile of rows `pid_m*BLOCK_M …` and columns `pid_n*BLOCK_N …`.
 #
-# **Hints** *(optional)*. `rows[:, None]` and `cols[None, :]` make a column and a row of offsets; adding them
-# broadcasts to a `(BLOCK_M, BLOCK_N)` tile, and the mask is `(rows[:, None] < M) & (cols[None, :] < N)`. A
-# kernel that assumes row stride `N` and column stride 1 passes on contiguous inputs and fails on the others:
-# the grader then names it.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# A tile is a block of rows times a block of columns. The address of element `(i, j)` comes from the strides
+# alone, whatever the layout; the output is contiguous and has strides of its own.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `rows[:, None]` and `cols[None, :]` make a column and a row of offsets; adding them broadcasts to a
+# `(BLOCK_M, BLOCK_N)` tile, and the mask is `(rows[:, None] < M) & (cols[None, :] < N)`. Pass all four strides
+# to the kernel.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# A kernel that assumes row stride `N` and column stride 1 passes on contiguous inputs and fails on the others:
+# the grader then names it. Use `x.stride(0)`, `x.stride(1)` for the load and `y.stride(0)`, `y.stride(1)` for
+# the store.
+#
+# </details>
+#
+# **Graded.**
 #
 # <!-- graded: 01.warmup_tile -->
 
@@ -524,12 +925,31 @@ check("01.warmup_tile", tile_copy).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-broadcast-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.warmup_broadcast · A row vector added to a matrix   (about 15 min · ★☆☆)
+#
 # **Spec.** `add_row(x, v)` returns `x + v` as a new contiguous `(M, N)` tensor, for `x` of shape `(M, N)` (any
 # strides) and `v` of shape `(N,)`, added to every row. Exercise 01.fused_chain adds its bias the same way.
 #
-# **Hints** *(optional)*. `v` depends on the column only: load it with the tile's column offsets (a vector of
-# `BLOCK_N`), then `v[None, :]` broadcasts it down the tile's rows. Loading it with the tile's 2-D offsets
-# reads far past the end of `v`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Start from your tile copy. `v` depends on the column only: which offsets does a program need to read it?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Load `v` with the tile's column offsets (a vector of `BLOCK_N`, masked by `cols < N`), then `v[None, :]`
+# broadcasts it down the tile's rows before the add.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Loading `v` with the tile's 2-D offsets reads far past the end of `v`: the grader reports a read outside the
+# tensor. The store is the tile copy's, with `x + v[None, :]`.
+#
+# </details>
+#
+# **Graded.**
 #
 # <!-- graded: 01.warmup_broadcast -->
 
@@ -569,12 +989,32 @@ check("01.warmup_broadcast", add_row).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-row-sum-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.warmup_row_sum · The sum of each row   (about 15 min · ★☆☆)
+#
 # **Spec.** `row_sum(x)` returns the `(M,)` tensor of the sums of the rows of `x` `(M, N)` (any strides; `N` up
 # to a few thousand), in `x`'s dtype, accumulated in float32. One program per row, the whole row in one block:
 # `BLOCK = triton.next_power_of_2(N)`.
 #
-# **Hints** *(optional)*. `tl.sum(v, axis=0)` adds a block's lanes into one number. The masked-off lanes must
-# add nothing: load with `other=0.0`. Storing one number is `tl.store(out_ptr + row, s)`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# One program, one row, one block: the lanes past the end of the row are still there, and must add nothing.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `tl.sum(v, axis=0)` adds a block's lanes into one number. Load with `other=0.0` so that masked-off lanes count
+# as zero, upcast to float32 before summing.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Storing one number is `tl.store(out_ptr + row, s.to(out_ptr.dtype.element_ty))`. The row's address uses its
+# stride: `x_ptr + row * stride_xm + cols * stride_xn`.
+#
+# </details>
+#
+# **Graded.**
 #
 # <!-- graded: 01.warmup_row_sum -->
 
@@ -608,14 +1048,34 @@ check("01.warmup_row_sum", row_sum).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "warmup-running-max-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.warmup_running_max · A running max over blocks   (about 20 min · ★★☆)
+#
 # **Spec.** `row_max(x)` returns the `(M,)` tensor of the largest element of each row of `x` `(M, N)` (any
 # strides, any `N`), in `x`'s dtype. One program per row, reading it in blocks of `BLOCK = 64` columns with a
 # loop, keeping a running maximum: a row need not fit in one block (notebook 02's long rows will not).
 #
-# **Hints** *(optional)*. A loop in a kernel is a Python `for start in range(0, N, BLOCK):`. Keep a block-wide
-# accumulator `acc = tl.full([BLOCK], float("-inf"), tl.float32)`, update it with `tl.maximum`, and reduce it
-# once at the end with `tl.max(acc, axis=0)`. The grader's rows are all negative: a masked lane loaded as 0
-# (load with `other=float("-inf")`) or an accumulator started at 0 would win, and the grader says so.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Keep one running maximum per lane while you walk along the row, and reduce the lanes to one number only at the
+# end. What value can never win a maximum?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# A loop in a kernel is a Python `for start in range(0, N, BLOCK):`. Keep a block-wide accumulator
+# `acc = tl.full([BLOCK], float("-inf"), tl.float32)`, update it with `tl.maximum`, and reduce it once after the
+# loop with `tl.max(acc, axis=0)`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The grader's rows are all negative: a masked lane loaded as 0 (load with `other=float("-inf")`) or an
+# accumulator started at 0 would win, and the grader says so.
+#
+# </details>
+#
+# **Graded.**
 #
 # <!-- graded: 01.warmup_running_max -->
 
@@ -651,14 +1111,14 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
 check("01.warmup_running_max", row_max).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "fused-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 8. Your first fused kernel: bias + SiLU + scale in one pass
+# ## 9. Your first fused kernel: bias + SiLU + scale in one pass
 #
 # Compute `y = alpha · silu(x + bias)` where `silu(z) = z · sigmoid(z)`, for `x` of shape `(M, N)`, `bias` of
 # shape `(N,)` (broadcast along the rows, as in 01.warmup_broadcast) and a Python float `alpha`. Eager PyTorch
 # runs three kernels (`x + bias`, `silu`, `alpha · …`), each a full round trip through HBM: about `6|x|` bytes.
 # Your kernel reads `x` once and writes `y` once: about `2|x|`, so the cost model predicts about 3× faster.
 #
-# ![Unfused against fused: three eager kernels each read and write the whole tensor through HBM, where one fused kernel reads x once, keeps the intermediates in registers and writes y once.](figures/unfused_vs_fused.svg)
+# ![](figures/unfused_vs_fused.svg)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "fused-card", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 01.fused_chain · Bias + SiLU + scale in one kernel   (about 45 min · ★★☆)
@@ -669,11 +1129,37 @@ check("01.warmup_running_max", row_max).assert_passed("correctness")
 # **one** Triton kernel launch and no torch arithmetic. Load in the input dtype, compute in float32
 # (`.to(tl.float32)`), round once at the store.
 #
-# **Hints** *(optional)*. It is 01.warmup_broadcast with a different formula: `tl.sigmoid` exists. For speed on
-# a GPU, tiles of about 2048 elements (e.g. `BLOCK_M = 2048 // BLOCK_N` rows of `BLOCK_N = min(2048,
-# next_power_of_2(N))`), `num_warps=4`, and a 1-D grid numbered along the rows first (`pid_m = pid //
-# tiles_per_row`) reach the copy bandwidth; for a transposed `x`, square 64 × 64 tiles keep the loads and stores
-# both reading neighbouring memory. Offsets of huge tensors can pass 2³¹: cast the rows to `tl.int64`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# It is 01.warmup_broadcast with a different formula: everything between the load and the store happens in
+# registers, so the whole chain costs one read of `x` and one write of `y`.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Tile, mask and bias load as in 01.warmup_broadcast; then `z = x.to(tl.float32) + b.to(tl.float32)[None, :]`,
+# `y = alpha * z * tl.sigmoid(z)`, and a store cast to `y_ptr.dtype.element_ty`. `tl.sigmoid` exists.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Pass both tensors' strides (a transposed or sliced `x` is graded). Offsets of huge tensors can pass 2³¹: cast
+# the rows to `tl.int64` before multiplying by the stride. Load with `other=0.0` so masked lanes hold no
+# garbage.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Tiles of about 2048 elements (e.g. `BLOCK_M = 2048 // BLOCK_N` rows of `BLOCK_N = min(2048,
+# next_power_of_2(N))`) with `num_warps=4` reach the copy bandwidth. A 1-D grid, numbered so that consecutive
+# programs take the consecutive tiles of one band of rows (`pid_m = pid // tiles_per_row`,
+# `pid_n = pid % tiles_per_row`: the column tile varies fastest), makes programs running at the same time read
+# neighbouring memory. For a transposed `x`, square 64 × 64 tiles keep the loads and stores both reading
+# neighbouring memory.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -740,7 +1226,7 @@ check("01.fused_chain", fused_chain, criteria=["fusion"]).assert_passed("fusion"
 # predicts; `torch.compile` fuses the same chain and lands close to it.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "compare-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 9. Your kernel against eager and `torch.compile`
+# ## 10. Your kernel against eager and `torch.compile`
 #
 # The same bf16 tensor as the performance grade (16384 × 8192, 256 MiB), three ways, as effective
 # bandwidth (the minimal `2|x|` bytes over the time) next to this GPU's measured copy bandwidth. The model
@@ -775,7 +1261,7 @@ else:
     print("No GPU here: speed is not measured in Triton's interpreter. Run this notebook on a CUDA GPU to see it.")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "questions-md", "locked": true, "schema_version": 3, "solution": false}
-# ## 10. Questions
+# ## 11. Questions
 #
 # Answer each in two to four sentences, in the cell below it.
 #
