@@ -4,6 +4,7 @@ student's terms (their own frames, the named hint)."""
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import traceback
@@ -51,20 +52,38 @@ def collapse(failures: list[tuple[str, str]]) -> list[str]:
     for where, problem in failures:
         groups.setdefault(problem, []).append(where)
     return [f"{wheres[0]}: {problem}" if len(wheres) == 1 else
-            f"{len(wheres)} cases, one error (the first at {wheres[0]}): {problem}"
+            f"{wheres[0]} and {len(wheres) - 1} more case(s), {len(wheres)} with one error: {problem}"
             for problem, wheres in groups.items()]
 
 
-def precision_shapes(ex: KernelExercise) -> tuple[Shape, ...]:
-    """The shapes the precision criterion measures, smallest reduced length first."""
-    return ex.precision_shapes or ((ex.precision_shape,) if ex.precision_shape is not None else ())
+def precision_shapes(ex: KernelExercise, seed: int | None = None) -> tuple[Shape, ...]:
+    """The shapes the precision criterion measures, smallest reduced length first: the exercise's own, or with a
+    seed (the grading's secret seed) each one drawn around it (drawn_shape), so that no test on a kernel's shapes
+    can pick out the calls whose error is measured."""
+    shapes = ex.precision_shapes or ((ex.precision_shape,) if ex.precision_shape is not None else ())
+    return shapes if seed is None else tuple(drawn_shape(ex, s, seed) for s in shapes)
 
 
-def secret_shapes(ex: KernelExercise) -> tuple[Shape, ...]:
+def drawn_shape(ex: KernelExercise, shape: Shape, seed: int) -> Shape:
+    """A precision shape drawn from the seed: the reduced length n drawn above n/2 and above the power of two below
+    it, up to n (its next power of two, and so a block sized from it, stays the same; the lengths keep their order) and the leading dimension (rows,
+    tokens, batch) within half of its size either way; the other dimensions are the exercise's."""
+    dims = list(shape.dims)
+    gen = random.Random(case_seed(seed, "precision shape", shape))
+    axis = ex.reduced_axis % len(dims)
+    if dims[axis] > 2:
+        n = dims[axis]
+        dims[axis] = gen.randint(max(n // 2, 1 << ((n - 1).bit_length() - 1)) + 1, n)
+    if axis != 0:
+        dims[0] = gen.randint(max(1, dims[0] // 2), dims[0] + dims[0] // 2)
+    return Shape(tuple(dims), shape.layout)
+
+
+def secret_shapes(ex: KernelExercise, seed: int | None = None) -> tuple[Shape, ...]:
     """The shapes of correctness's secret case: the exercise's, the extra ones no notebook shows, and every shape
-    precision measures. Precision calls fn on the secret case's own inputs (same seed, same shape), so nothing a
-    call is handed tells which criterion makes it."""
-    return tuple(dict.fromkeys((*ex.shapes, *EXTRA_SHAPES.get(ex.id, ()), *precision_shapes(ex))))
+    precision measures (drawn from the same seed). Precision calls fn on the secret case's own inputs (same seed,
+    same shape), so nothing a call is handed tells which criterion makes it."""
+    return tuple(dict.fromkeys((*ex.shapes, *EXTRA_SHAPES.get(ex.id, ()), *precision_shapes(ex, seed))))
 
 
 def case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> dict:

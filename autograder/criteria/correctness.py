@@ -10,6 +10,7 @@ import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
+from autograder.criteria import keep_mask
 from autograder.criteria.cases import (
     MAX_LISTED,
     case_inputs,
@@ -110,7 +111,7 @@ class Cases:
         trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
         trials.append(("secret case", cfg.secret_seed))
         self.todo = [(label, seed, shape, dtype) for label, seed in trials
-                     for shape in (secret_shapes(ex) if label == "secret case" else ex.shapes)
+                     for shape in (secret_shapes(ex, cfg.secret_seed) if label == "secret case" else ex.shapes)
                      for dtype in graded_dtypes()]
         self.total = len(self.todo) + 1  # the probe for cached results is the first case
         shape = ex.shapes[min(2, len(ex.shapes) - 1)]
@@ -169,6 +170,10 @@ def correctness(ex: KernelExercise, fn, cfg: GradingConfig) -> CriterionResult:
     cached = _cache_probe(ex, fn, cfg.secret_seed)
     if cached:
         return session.fail(CriterionResult("correctness", FAILED, cached, {"cases": 1, "failed": 1}))
+    if ex.keep_rates:  # a dropout drawn in the kernel: the mask it drew, before the values given that mask
+        wrong = keep_mask.problem(ex, fn, cfg.secret_seed)
+        if wrong:
+            return session.fail(CriterionResult("correctness", FAILED, wrong, {"cases": 1, "failed": 1}))
     for inputs in steps(cases(session), f"{ex.id} correctness"):
         session.answer(call_case(ex, fn, inputs))
     return session.verdict()

@@ -54,24 +54,26 @@ class Cases:
 
     def __init__(self, ex: KernelExercise, cfg: GradingConfig, device: str | None = None):
         self.ex, self.seed, self.device = ex, cfg.secret_seed, device
+        # The exercise's shapes name the figures (rel_err_float16@16384); the calls use those drawn from the seed.
         self.shapes = precision_shapes(ex)
-        self.todo = [(dtype, shape) for dtype in graded_dtypes() for shape in self.shapes]
+        drawn = dict(zip(self.shapes, precision_shapes(ex, self.seed)))
+        self.todo = [(dtype, shape, drawn[shape]) for dtype in graded_dtypes() for shape in self.shapes]
         self.measured: dict = {}  # dtype -> [(shape, err, bound, ideal)]
         self.figures, self.failures, self.hint, self.stopped, self.pending = {}, {}, None, None, None
 
     def next_case(self) -> dict | None:
         if self.stopped is not None or not self.todo:
             return None
-        dtype, shape = self.todo.pop(0)
+        dtype, nominal, shape = self.todo.pop(0)
         # The secret case's inputs at this shape (correctness grades them too): the same draw, the same seed.
         inputs = case_inputs(self.ex, shape, dtype, case_seed(self.seed, shape, dtype), self.device)
-        self.pending = (dtype, shape, inputs)
+        self.pending = (dtype, nominal, shape, inputs)
         return inputs
 
     def answer(self, answer: Answer) -> None:
         if self.pending is None:
             raise ValueError("an answer to no case: ask for the next case first")
-        (dtype, shape, inputs), self.pending = self.pending, None
+        (dtype, nominal, shape, inputs), self.pending = self.pending, None
         ex, name = self.ex, dtype_name(dtype)
         if answer.outs is None or answer.problems:
             self.stopped = "; ".join(answer.problems)
@@ -85,7 +87,7 @@ class Cases:
         err = max(relative_error(o, r) for o, r in zip(answer.outs, refs))
         bound, ideal, rounded_to, floor_note = precision_bound(ex, inputs, refs, dtype)
         self.measured.setdefault(dtype, []).append((shape, err, bound, ideal))
-        key = name if len(self.shapes) == 1 else f"{name}@{shape.dims[ex.reduced_axis]}"
+        key = name if len(self.shapes) == 1 else f"{name}@{nominal.dims[ex.reduced_axis]}"
         self.figures[f"rel_err_{key}"] = err
         self.figures[f"bound_{key}"] = bound
         found = self.failures.setdefault(dtype, [])
