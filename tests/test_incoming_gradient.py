@@ -27,7 +27,7 @@ class _UnscaledLoss(decoder_kernels.LinearCrossEntropyFunction):
 
 
 def _small_decoder():
-    return dataclasses.replace(registry.get("07.decoder"), cases_cpu=(SMALL_CASE,))
+    return dataclasses.replace(registry.get("07.decoder"), cases_cpu=(SMALL_CASE,), cases_gpu=(SMALL_CASE,))
 
 
 def test_the_incoming_gradient_is_drawn_from_the_seed_and_is_never_one():
