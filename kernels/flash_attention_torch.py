@@ -67,17 +67,3 @@ def flash_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cau
         lse[:, :, start_m:start_m + rows] = m + torch.log(l)
     return o, lse
 
-
-def first_differing_block(got, expected, block_m: int = 64, atol: float = 1e-3, rtol: float = 1e-3):
-    """(batch, head, first query, last query + 1) of the first block of block_m query rows where got differs
-    from expected (both (B, H, N, ...)) beyond atol + rtol |expected|, or None where every block agrees."""
-    B, H, N = expected.shape[:3]
-    bad = ((got.double() - expected.double()).abs() > atol + rtol * expected.double().abs())
-    bad = bad | (got.double().isnan() != expected.double().isnan())
-    bad = bad.reshape(B, H, N, -1).any(dim=-1)
-    for b in range(B):
-        for h in range(H):
-            for start in range(0, N, block_m):
-                if bool(bad[b, h, start:start + block_m].any()):
-                    return b, h, start, min(start + block_m, N)
-    return None

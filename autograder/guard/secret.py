@@ -18,6 +18,8 @@ EXTRA_SHAPES = {
     "05.softmax": (Shape((2, 16385), "masked"), Shape((3, 33000), "padded"), Shape((65, 3))),
     "05.flash_attention": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd"),
                            Shape((1, 1, 257, 128))),
+    "05.flash_attention_torch": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd")),
+    "05.moe_router": (Shape((65, 200, 8)), Shape((7, 128, 2), "ties padded"), Shape((1, 8, 8))),
     "05.linear_cross_entropy": (Shape((65, 48, 4097)), Shape((3, 72, 257), "confident int32"), Shape((2, 8, 2))),
     "08.flash_attention_ws": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal"),
                               Shape((1, 1, 257, 128))),

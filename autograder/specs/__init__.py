@@ -14,6 +14,8 @@ _MODULES = (
     "gemm_epilogue_fusion",
     "lora",
     "streaming_reduction_fusion",
+    "streaming_softmax",
+    "tiled_attention",
     "compiler_fusion",
     "training_predictions",
     "fusion_for_training",

@@ -9,7 +9,7 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 05 · Streaming-reduction fusion: online softmax, FlashAttention, cross-entropy without its logits
 #
-# About 5 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row held in registers)
+# About 7 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row held in registers)
 # and 04 (the tiled GEMM and its epilogue)
 #
 # Notebook 02 fused a reduction into its consumer by holding a whole row in registers: compute the row's
@@ -20,28 +20,34 @@
 # that can be updated as its input streams past: the **online softmax**.
 #
 # You will
-# 1. see why a reduction over a whole row stands in the way of fusion, and count softmax's traffic: eager
-#    `8|x|`, fused `2|x|`, and `3|x|` when a row is longer than a block;
+# 1. see why a reduction over a whole row stands in the way of fusion, and **predict** softmax's traffic op by
+#    op, fused with a row in one block, and fused with a row longer than a block;
 # 2. derive the online softmax (a running max, and a running sum rescaled when the max grows) and check it
 #    numerically, chunk by chunk and by merging partial results in any order;
 # 3. write a **softmax** for rows of any length (graded on correctness, precision, bandwidth, fusion), then
-#    measure its bandwidth against the row length, against the model;
-# 4. put the online softmax inside a loop over key tiles and write **FlashAttention**'s forward pass, whose
+#    measure its bandwidth against the row length, against your prediction; then write a **mixture-of-experts
+#    router**, a softmax over a token's experts and its top k in one kernel;
+# 4. put the online softmax inside a loop over key tiles, first as **FlashAttention-2's loop in plain PyTorch**
+#    (graded on never holding the `N × N` scores), then as **FlashAttention**'s forward pass in Triton, whose
 #    `N × N` scores never reach memory (graded against SDPA's speed on your GPU); then measure its memory
 #    (`O(N)` against `O(N²)`), its time against naive attention and PyTorch's SDPA, and what a causal mask
 #    saves when the tiles above the diagonal are skipped;
 # 5. apply the same pattern to a linear layer followed by cross-entropy and write a **fused linear
 #    cross-entropy** whose logits never exist (graded on the memory it allocates), then measure its memory
 #    and time;
-# 6. answer three short written questions about what you measured.
+# 6. answer five short written questions about what you measured.
 #
 # | exercise | what | time · difficulty | points |
 # |---|---|---|---|
+# | 05.predict_softmax_bytes | HBM bytes of softmax op by op, in one block, online | 10 min · ★☆☆ | 2 |
 # | 05.softmax | softmax over rows of any length, one kernel | 60 min · ★★☆ | 10 |
+# | 05.predict_router_bytes | HBM bytes of a fused router | 5 min · ★☆☆ | 1 |
+# | 05.moe_router | softmax and top-k over a token's experts, one kernel | 45 min · ★★☆ | 6 |
 # | 05.predict_attention_bytes | HBM bytes of naive attention and of FlashAttention | 15 min · ★☆☆ | 2 |
+# | 05.flash_attention_torch | FlashAttention-2's loop in plain PyTorch | 30 min · ★★☆ | 6 |
 # | 05.flash_attention | FlashAttention's forward pass | 2 h · ★★★ | 17 |
 # | 05.linear_cross_entropy | a linear layer and cross-entropy without the logits | 90 min · ★★★ | 11 |
-# | three written questions | | 20 min | 3 |
+# | five written questions | | 30 min | 5 |
 #
 # Each exercise comes after the model that predicts its cost, and each measurement after the exercise: it
 # times your kernel. A measurement cell run before you have written its exercise leaves your kernel out and
@@ -64,10 +70,12 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
+from autograder.guard.largest import largest_allocation
 from autograder.measure import sizes
 from autograder.specs import streaming_reduction_fusion as attn_ops
 from autograder.specs import streaming_reduction_fusion as ce_ops
 from autograder.specs import streaming_reduction_fusion as sm_ops
+from autograder.specs import streaming_softmax as router_ops
 from autograder.teach.plots import bars_against_model, peaks, print_against_model
 from autograder.measure.timing import not_written, written_versions
 from autograder.measure.timing import extra_bytes as measured_extra_bytes
@@ -112,20 +120,61 @@ def timed_in_turns(calls, desc, rounds=3, rep=50):
 # PyTorch, op by op (`softmax_eager` in `autograder/specs/streaming_reduction_fusion.py`), launches five kernels, and each moves
 # the whole row:
 #
-# | kernel | reads | writes | traffic |
-# |---|---|---|---|
-# | `m = x.max(-1)` | `x` | one value a row | \|x\| |
-# | `t = x − m` | `x` | `t` | 2\|x\| |
-# | `e = exp(t)` | `t` | `e` | 2\|x\| |
-# | `s = e.sum(-1)` | `e` | one value a row | \|x\| |
-# | `y = e / s` | `e` | `y` | 2\|x\| |
-# | **in all** | | | **8\|x\|**, 5 launches |
+# | kernel | reads | writes |
+# |---|---|---|
+# | `m = x.max(-1)` | `x` | one value a row |
+# | `t = x − m` | `x` | `t` |
+# | `e = exp(t)` | `t` | `e` |
+# | `s = e.sum(-1)` | `e` | one value a row |
+# | `y = e / s` | `e` | `y` |
 #
-# A fused kernel that holds the row in registers reads it once and writes once: **`2|x|`**, the floor. A row of
-# 4096 bf16 values is 8 KiB, which one program holds easily; rows up to 16384 work too (64 KiB in float32,
-# spread over 8 warps). Past that the registers run out, and the row has to be streamed through in pieces.
-# Streaming the max first and the sum second would take three reads before the write (`4|x|`). The online
-# softmax of section 2 gets `m` and `s` together in **one** sweep, and a second sweep writes `y`: **`3|x|`**.
+# A fused kernel that holds the row in registers reads it once and writes once: the floor. A row of 4096 bf16
+# values is 8 KiB, which one program holds easily; rows up to 16384 work too (64 KiB in float32, spread over 8
+# warps). Past that the registers run out, and the row has to be streamed through in pieces. Streaming the max
+# first and the sum second would take three reads before the write. The online softmax of section 2 gets `m`
+# and `s` together in **one** sweep, and a second sweep reads the row again and writes `y`.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-softmax-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.predict_softmax_bytes · softmax's traffic, before measuring (about 10 min · ★☆☆)
+#
+# **Spec.** Write `predicted_softmax_bytes(rows, cols, elem_bytes)` returning `(eager, one_block, online)`, the
+# HBM bytes of a softmax over `x (rows, cols)` with `elem_bytes` bytes an element, as Python ints: for the five
+# kernels of the table above; for a fused kernel that holds each row in registers; and for a fused kernel whose
+# rows are longer than a block (the online sweep for `(m, s)`, then a sweep that reads again and writes). Count
+# only tensors of `x`'s size: the one value a row that `max` and `sum` write is too small to matter.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Every entry of the table that names an `x`-sized tensor is one trip of `|x| = rows · cols · elem_bytes`
+# bytes through HBM. Count the trips of each version.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `x = rows * cols * elem_bytes`, then three small whole multiples of `x`. Of the five eager kernels, two only
+# read a tensor of `x`'s size and three read one and write one.
+#
+# </details>
+#
+# The measurement after exercise 05.softmax draws your three predictions as lines and times kernels against them.
+#
+# **Graded.**
+#
+# <!-- graded: 05.predict_softmax_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_softmax_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_softmax_bytes(rows: int, cols: int, elem_bytes: int) -> tuple[int, int, int]:
+    """(eager, one_block, online) HBM bytes of softmax over an (rows, cols) tensor, elem_bytes an element."""
+    ### BEGIN SOLUTION
+    x = rows * cols * elem_bytes
+    return 8 * x, 2 * x, 3 * x  # max 1, x - max 2, exp 2, sum 1, e / s 2 | read, write | two reads, write
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_softmax_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.predict_softmax_bytes", predicted_softmax_bytes, criteria=["correctness"]).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "online-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 2. The online softmax, step by step
@@ -142,16 +191,19 @@ def timed_in_turns(calls, desc, rounds=3, rep=50):
 # two-pass formula would have given. The rescaling factor is 1 whenever the max did not move.
 #
 # The same algebra **merges two partial results**. Two halves of a row, summarised as `(m_a, s_a)` and
-# `(m_b, s_b)`, combine into `m = max(m_a, m_b)`, `s = s_a · exp(m_a − m) + s_b · exp(m_b − m)`. This merge is
-# associative and commutative: a row can be cut into pieces of any size, handled by different lanes, loops or
-# programs, and combined in any order. Every kernel of this notebook relies on that.
+# `(m_b, s_b)`, combine into `m = max(m_a, m_b)`, `s = s_a · exp(m_a − m) + s_b · exp(m_b − m)`. In exact
+# arithmetic this merge is associative and commutative, as max and sum are: a row can be cut into pieces of any
+# size, handled by different lanes, loops or programs, and combined in any order. In floating point the max still
+# is, but a sum is not: every addition rounds, and another order rounds differently, so two orders agree to a few
+# units of rounding, not bit for bit (the cell below shows how close). Every kernel of this notebook relies on
+# that merge, and none of them promises the same bits as another order would give.
 #
 # And it goes one step further. What attention needs is not `softmax(x)` but `Σ_j softmax(x)_j · v_j`, a
 # weighted sum of value vectors. Keep `o_t = Σ_{j seen} exp(x_j − m_t) · v_j`, measured from the same max:
 # when the max moves, `o` is rescaled by the **same** factor as `s`, and `o / s` at the end is the answer.
 # Nothing of size `N` is ever stored.
 #
-# ![A row read in chunks: after each chunk the running max m and the running sum s are updated, and s is rescaled by exp(m_old − m_new) whenever the max grows](figures/online_softmax.svg)
+# ![](figures/online_softmax.svg)
 #
 # One trap: a chunk that is entirely `−inf` (a masked region) leaves `m = −inf`, and `exp(m − m_new)` with both
 # `−inf` is `exp(NaN)`. A kernel measures from 0 instead while nothing finite has been seen. The cell below
@@ -227,10 +279,10 @@ print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(gua
 #
 # ## 3. Softmax for rows of any length
 #
-# Predict first. For a kernel that moves only the bytes it must, section 1's model gives `2|x|` when a row fits
-# in one program's registers, the time of a copy; `3|x|` when the row is streamed through twice (the online
-# sweep for `(m, s)`, then the sweep that writes), two thirds of copy bandwidth in the effective terms the
-# measurement uses (`2|x|` over the time); and `8|x|` for eager PyTorch, a quarter of it.
+# Your prediction of section 1, in time: a kernel that moves only the bytes it must takes its bytes over copy
+# bandwidth. A row that fits in one program's registers costs the time of a copy; a row streamed through twice
+# costs more, and eager PyTorch more again. The measurement below uses *effective* bandwidth, `2|x|` over the
+# time, so a version that moves `c·|x|` bytes at copy speed shows `2/c` of copy bandwidth.
 #
 # The kernel to write follows that split, one program per row. Up to a block of 16384 (a constant such as
 # `ONE_BLOCK_MAX = 16384`) it loads the whole row, upcasts it to float32, reduces and writes: `2|x|`. Longer
@@ -238,7 +290,8 @@ print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(gua
 # running `(m, s)` (so the loop body is pure elementwise work, no cross-lane reduction per chunk), the lanes
 # merged once at the end with the rule of section 2; then a second loop that reads the row again and writes
 # `exp(x − m) / s`: `3|x|`. Eight warps suit rows of 4096 and longer; short rows need fewer.
-#
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "softmax-card-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 05.softmax · softmax over rows of any length (about 60 min · ★★☆)
 #
 # **Spec.** `softmax(x) -> y`, `softmax(x, dim=-1)` for a 2-D `x (M, N)` in fp32, fp16 or bf16, with any
@@ -249,11 +302,39 @@ print(f"a first chunk all -inf: unguarded sum {float(s_bad)}, guarded {float(gua
 # and a second sweep that writes (`3|x|`), with the `−inf` guard: about a third of some rows is `−inf`, as an
 # attention mask leaves them.
 #
-# **Hints** *(optional)*. In the online loop let **each lane** keep its own running `(m, s)`, so that the
-# loop body is pure elementwise work, and merge the lanes once at the end with the rule of section 2. Eight
-# warps suit rows of 4096 and longer; short rows need fewer. Keep the skeleton's kernel signature if you can:
-# the measurement after the tests launches `_softmax_kernel` with `ONE_BLOCK=False` to time your online loop
-# at every row length (nothing is graded on it).
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# One kernel, two paths: a `tl.constexpr` flag picks at compile time between a row held whole and a row
+# streamed in chunks. Padding lanes must change neither the max nor the sum: which value loaded there does that?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# One block: load with `other=-inf`, `.to(tl.float32)`, `m = tl.max(x, 0)`, `e = tl.exp(x - m)`, store
+# `e / tl.sum(e, 0)`. Online: a first loop over chunks in which **each lane** keeps its own running `m` and
+# `s` (vectors of `BLOCK_N`), so the loop body is elementwise; after it, merge the lanes once with the rule of
+# section 2 (`tl.max(m)`, then `tl.sum(s * exp(m - row_max))`); a second loop loads again and stores
+# `exp(x - row_max) / total`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# The traps: a lane that has seen only `-inf` has `m = -inf`, and `exp(-inf - (-inf))` is NaN; measure from 0
+# there (`ref = tl.where(m_new == -inf, 0.0, m_new)`), in the loop and in the merge. Take
+# `row = tl.program_id(0).to(tl.int64)` before multiplying by a stride. `y` is contiguous, `x` need not be: two
+# different column strides. Keep the skeleton's kernel signature if you can: the measurement after the tests
+# launches `_softmax_kernel` with `ONE_BLOCK=False` to time your online loop at every row length (nothing is
+# graded on it).
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Hold rows up to 16384 whole and stream longer ones in 4096-wide chunks. Eight warps suit rows of 4096 and
+# longer; short rows need fewer (one to four).
+#
+# </details>
 #
 # **Graded.**
 #
@@ -320,11 +401,11 @@ check("05.softmax", softmax, criteria=["fusion"]).assert_passed("fusion")
 # ### Your softmax against the model
 #
 # The cell below times, on 32768 × 4096 bf16 (256 MiB), eager PyTorch, `torch.softmax` (PyTorch's own fused
-# kernel), `torch.compile` of the eager version and your `softmax` against `8|x|` and `2|x|` at this GPU's
-# measured copy bandwidth. Then it keeps the tensor at 2²⁷ elements and sweeps the row length from 1024 to
+# kernel), `torch.compile` of the eager version and your `softmax` against your predictions (exercise
+# 05.predict_softmax_bytes) at this GPU's measured copy bandwidth. Then it keeps the tensor at 2²⁷ elements and sweeps the row length from 1024 to
 # 262144, with your kernel as launched and, if your `_softmax_kernel` has the skeleton's parameters, with its
 # online loop forced at every length, plotting the effective bandwidth (`2|x|` over the time: what a one-read,
-# one-write kernel would need to move). The model's switch from `2|x|` to `3|x|` is drawn at your
+# one-write kernel would need to move). The model's switch from one block to the online loop is drawn at your
 # `ONE_BLOCK_MAX` if your solution defines that name, at 16384 otherwise. Without a GPU the cell checks the
 # forced online loop on a small input in the interpreter and draws the model alone.
 
@@ -364,8 +445,17 @@ else:
 
 M_SM, N_SM = 32768, 4096
 x_bytes = M_SM * N_SM * 2
-sm_model_ms = {"eager (5 kernels)": 8 * x_bytes / (bw_gbps * 1e6),  # ms: bytes / (GB/s · 1e6)
-               "your softmax": 2 * x_bytes / (bw_gbps * 1e6)}
+try:
+    SM_PREDICTED = predicted_softmax_bytes(M_SM, N_SM, 2)
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print(f"predicted_softmax_bytes is not written yet ({type(exc).__name__}): the model lines use the course's "
+          "own count until you write it and run this cell again")
+    SM_PREDICTED = router_ops.predicted_softmax_bytes_reference(M_SM, N_SM, 2)
+SM_EAGER_X, SM_ONE_X, SM_ONLINE_X = (b / x_bytes for b in SM_PREDICTED)  # the predictions in units of |x|
+sm_model_ms = {"eager (5 kernels)": SM_EAGER_X * x_bytes / (bw_gbps * 1e6),  # ms: bytes / (GB/s · 1e6)
+               "your softmax": SM_ONE_X * x_bytes / (bw_gbps * 1e6)}
 sm_ms = {}
 SM_ELEMENTS = 2**27  # 256 MiB in bf16, far past any L2
 SM_NS = runtime.demo_points([1024, 4096, 16384, 65536, 262144])  # three of them when the grader runs this
@@ -393,11 +483,11 @@ if ON_GPU:
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.2))
 names = bars_against_model(ax, sm_ms, sm_model_ms, "ms (32768 x 4096 bf16)", f"softmax, {peak_label}", ON_GPU)
 one_block = [n <= SM_ONE_BLOCK for n in SM_NS]
-bx.semilogx(SM_NS, [bw_gbps] * len(SM_NS), "k:", label="model: one block, 2|x|")
-bx.semilogx(SM_NS, [bw_gbps * 2 / 3] * len(SM_NS), "k-.", label="model: online, 3|x|")
-bx.semilogx(SM_NS, [bw_gbps * 2 / 8] * len(SM_NS), "k--", label="model: eager, 8|x|")
-bx.semilogx(SM_NS, [bw_gbps if ob else bw_gbps * 2 / 3 for ob in one_block], color="0.6", lw=6, alpha=0.4,
-            label="model: your kernel as launched")
+bx.semilogx(SM_NS, [bw_gbps * 2 / SM_ONE_X] * len(SM_NS), "k:", label=f"your prediction: one block, {SM_ONE_X:g}|x|")
+bx.semilogx(SM_NS, [bw_gbps * 2 / SM_ONLINE_X] * len(SM_NS), "k-.", label=f"your prediction: online, {SM_ONLINE_X:g}|x|")
+bx.semilogx(SM_NS, [bw_gbps * 2 / SM_EAGER_X] * len(SM_NS), "k--", label=f"your prediction: eager, {SM_EAGER_X:g}|x|")
+bx.semilogx(SM_NS, [bw_gbps * 2 / (SM_ONE_X if ob else SM_ONLINE_X) for ob in one_block], color="0.6", lw=6,
+            alpha=0.4, label="model: your kernel as launched")
 for (name, vals), style in zip(sm_gbps.items(), ("x-", "s-", "o-", "^-")):
     bx.semilogx(SM_NS, vals, style, label=name)
 bx.axvline(SM_ONE_BLOCK, color="gray", lw=1)
@@ -441,6 +531,231 @@ else:
 # to recover it: try it. If your kernel sits well below a line the reference reaches, compare its warps and
 # block sizes with the ones suggested in the exercise.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-softmax-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 1.** Compare your three predictions with what was measured above (or, without a GPU, with the
+# reference figures quoted above): where does a kernel land on its line, where below, where above, and why?
+# Name the one-block and the online path separately.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-softmax-model", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# At 4096 the one-block path sits on its `2|x|` line (0.95 to 0.98 of copy bandwidth for the reference): one
+# read, one write, enough programs in flight. Eager sits well above its `8|x|` line in time: its reductions do
+# not stream at copy speed. The online path lands on or somewhat below `3|x|` (0.52 to 0.64 against the
+# model's 0.67): two dependent sweeps, and at the longest rows one program per row leaves too few loads in
+# flight. Forced at 4096 to 16384 it can beat `3|x|`, because L2 still holds part of the row for the second sweep.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "router-md", "locked": true, "schema_version": 3, "solution": false}
+# ### A router: softmax and top-k in one pass
+#
+# A mixture-of-experts layer sends each token to `k` of its `E` experts (Mixtral: 2 of 8; DeepSeek-V3: 8 of
+# 256). Its router scores the token against every expert, `logits (T, E)`, takes the softmax over the `E`
+# scores, keeps the `k` largest probabilities with their experts' indices, and renormalises the kept ones to sum
+# to 1: they weight the `k` experts' outputs. PyTorch writes it `torch.topk(torch.softmax(logits.float(), -1),
+# k)` and a division: a float32 `(T, E)` tensor of probabilities is written by one kernel and read by the next,
+# and small kernels follow. A row of `E ≤ 256` fits in registers, so one kernel can read the logits once and
+# write only the `(T, k)` results.
+#
+# Two facts make that kernel short. The softmax is increasing, so the `k` largest probabilities belong to the
+# `k` largest logits: the kernel picks from the logits themselves. And renormalised over the `k` chosen,
+# `p_i / Σ_chosen p_j = exp(z_i − z_max) / Σ_chosen exp(z_j − z_max)`: the sum over all `E` experts cancels,
+# and the weights are the softmax of the `k` chosen logits alone.
+#
+# Ties need a rule. `torch.topk` does not say which of two equal values comes first (on the CPU it does not
+# always take the lower index). This exercise fixes one: **equal logits are taken lowest index first**, as a
+# stable sort would. The grader's inputs hold no equal logits except in cases built for ties.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-router-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.predict_router_bytes · the router's bytes (about 5 min · ★☆☆)
+#
+# **Spec.** Write `predicted_router_bytes(t, e, k, elem_bytes)` returning the HBM bytes of a fused router over
+# `t` tokens and `e` experts whose logits take `elem_bytes` bytes an element, as a Python int: the logits read
+# once, and for each token `k` float32 weights and `k` int64 indices written.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Three tensors cross HBM once each, one read and two written. The spec fixes the outputs' dtypes, whatever the
+# logits' dtype is.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `t * e * elem_bytes` for the logits, plus `t * k` times the bytes of a float32 and of an int64.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 05.predict_router_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_router_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_router_bytes(t: int, e: int, k: int, elem_bytes: int) -> int:
+    """HBM bytes of the fused router: logits (t, e) of elem_bytes read; weights (t, k) float32, indices int64."""
+    ### BEGIN SOLUTION
+    return t * e * elem_bytes + t * k * (4 + 8)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_router_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("05.predict_router_bytes", predicted_router_bytes, criteria=["correctness"]).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "router-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.moe_router · softmax and top-k in one kernel (about 45 min · ★★☆)
+#
+# **Spec.** `moe_router(logits, k) -> (weights, indices)` for `logits (T, E)` in fp32, fp16 or bf16, any
+# strides, `E` from 8 to 256, `k` in {1, 2, 8} (any `k ≤ E` should work). Returns `weights (T, k)` float32,
+# the `k` largest probabilities of `softmax(logits, -1)` renormalised to sum to 1, largest first, and
+# `indices (T, k)` int64, their experts; equal logits are taken lowest index first. **One** Triton kernel, a
+# program per block of tokens, reading each logit once.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# A block of tokens' logits is a `(BLOCK_T, BLOCK_E)` tile in registers. The `k` largest of a row are `k`
+# rounds of "find the largest, then hide it". The weights need only the `k` chosen logits.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Load the tile with `other=-inf` past `E`, in float32. For `j in tl.static_range(K)`:
+# `best = tl.argmax(x, axis=1)`, `value = tl.max(x, axis=1)`, written into column `j` of two
+# `(BLOCK_T, K_PAD)` tensors with `tl.where(slots[None, :] == j, ...)`; then hide the chosen expert,
+# `x = tl.where(cols[None, :] == best[:, None], -inf, x)`. After the loop, `e = exp(top - top[:, :1])` over the
+# first `K` slots (0 in the others) and `weights = e / sum(e)`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `tl.arange` needs a power of two: `K_PAD = triton.next_power_of_2(k)`, and mask the slots `>= K` at the
+# stores. `tl.argmax(x, axis=1, tie_break_left=True)` returns the lowest index of equal maxima, the rule asked.
+# Hide the chosen expert by its index, not by its value: an equal value elsewhere must stay. Rows past `T`:
+# give them finite values (a row all `-inf` makes `exp(-inf - (-inf))`, NaN) and mask their stores. Store the
+# indices as int64.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Take `BLOCK_T` so that a tile holds about 4096 logits (16 tokens at `E = 256`, 64 at `E ≤ 64`), four warps.
+# The `k` rounds stay in registers; the read of the logits is the cost.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 05.moe_router -->
+
+# %% nbgrader={"grade": false, "grade_id": "moe_router", "locked": false, "schema_version": 3, "solution": true}
+# Helpers your launcher calls (the block sizes from E) go here; or write everything inside the two functions below.
+### BEGIN SOLUTION
+# include: kernels/moe_router.py (router_launch_settings)
+### END SOLUTION
+
+
+@triton.jit
+def _moe_router_kernel(x_ptr, w_ptr, i_ptr, T, E, stride_xt, stride_xe, K: tl.constexpr, K_PAD: tl.constexpr,
+                       BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr):
+    """One program routes BLOCK_T tokens: logits (T, E) any strides; weights (T, K) float32 and indices (T, K)
+    int64, row-major. K_PAD = next power of two of K; BLOCK_E >= E, a power of two."""
+    # rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T); cols = tl.arange(0, BLOCK_E)
+    # 1. load the (BLOCK_T, BLOCK_E) tile in float32, -inf past E; rows past T finite
+    # 2. K rounds: argmax and max of each row, into column j of (BLOCK_T, K_PAD) tensors; hide the chosen index
+    # 3. weights: exp(top - largest) over the K slots, divided by their sum
+    # 4. store weights and indices (int64), masking rows past T and slots past K
+    ### BEGIN SOLUTION
+    # include body: kernels/moe_router.py (_moe_router_kernel)
+    ### END SOLUTION
+
+
+def moe_router(logits: torch.Tensor, k: int):
+    """(weights (T, k) float32, indices (T, k) int64): the top k of softmax(logits) per token, renormalised over
+    the k chosen, largest first, ties to the lowest index. logits (T, E) fp32, fp16 or bf16, any strides."""
+    # T, E = logits.shape
+    # weights = torch.empty((T, k), dtype=torch.float32, device=logits.device); indices likewise, int64
+    # _moe_router_kernel[(triton.cdiv(T, BLOCK_T),)](logits, weights, indices, T, E, *logits.stride(), K=k, ...)
+    # return weights, indices
+    ### BEGIN SOLUTION
+    # include body: kernels/moe_router.py (moe_router)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "moe_router-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+check("05.moe_router", moe_router)
+
+# %% nbgrader={"grade": true, "grade_id": "test_moe_router_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.moe_router", moe_router, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_moe_router_performance", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.moe_router", moe_router, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_moe_router_fusion", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("05.moe_router", moe_router, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "router-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your router against the model
+#
+# The cell below checks your router on a row of ties against the stable-sort rule (and shows what `torch.topk`
+# does with it here), then, on a GPU, times eager PyTorch, `torch.compile` of it and your `moe_router` on
+# 131072 tokens of bf16 logits over 256 experts, `k = 8`, against the model: your `predicted_router_bytes` at
+# copy bandwidth for yours; for eager, its kernels counted the same way (the softmax reads the logits and writes
+# float32 probabilities, top-k reads them and writes `k` values and indices, the renormalisation reads and
+# writes `(T, k)` twice). Without a GPU it draws the model alone.
+
+# %% nbgrader={"grade": false, "grade_id": "router-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+RT_T, RT_E, RT_K = 131072, 256, 8
+tie_row = torch.tensor([[1.0, 3.0, 3.0, 0.0, 3.0, 2.0, 3.0, -1.0]], device=DEVICE)
+print("a row with ties:", tie_row.tolist()[0])
+print(f"  torch.topk(k=3) indices here: {torch.topk(tie_row, 3).indices.tolist()[0]}; the rule asks [1, 2, 4]")
+try:
+    print(f"  your moe_router(k=3) indices: {moe_router(tie_row, 3)[1].tolist()[0]}")
+    router_written = True
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print("moe_router: not written yet (exercise 05.moe_router), so it is left out below")
+    router_written = False
+try:
+    rt_bytes = predicted_router_bytes(RT_T, RT_E, RT_K, 2)
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print("predicted_router_bytes is not written yet: the model uses the course's own count")
+    rt_bytes = router_ops.predicted_router_bytes_reference(RT_T, RT_E, RT_K, 2)
+# Eager, kernel by kernel: softmax (read 2 TE, write 4 TE), topk (read 4 TE, write 12 Tk), sum (read 4 Tk,
+# write 4 T), division (read 4 Tk + 4 T, write 4 Tk).
+rt_eager_bytes = RT_T * RT_E * (2 + 4 + 4) + RT_T * RT_K * (12 + 4 + 8) + 8 * RT_T
+rt_model_ms = {"eager": rt_eager_bytes / (bw_gbps * 1e6), "your moe_router": rt_bytes / (bw_gbps * 1e6)}
+rt_ms = {}
+if ON_GPU:
+    logits = torch.randn(RT_T, RT_E, device="cuda", dtype=torch.bfloat16)
+    compiled_router = runtime.demo_compile(router_ops.router_eager, dynamic=False)
+    calls = {"eager": lambda: router_ops.router_eager(logits, RT_K),
+             "torch.compile": lambda: compiled_router(logits, RT_K)}
+    if router_written:
+        calls["your moe_router"] = lambda: moe_router(logits, RT_K)
+    rt_ms = timed_in_turns(calls, desc=f"router, {RT_T} x {RT_E}, k = {RT_K}")
+    del logits
+fig, ax = plt.subplots(figsize=(7, 3.2))
+names = bars_against_model(ax, rt_ms, rt_model_ms, f"ms ({RT_T} x {RT_E} bf16, k = {RT_K})",
+                           f"router, {peak_label}", ON_GPU)
+plt.tight_layout()
+plt.show()
+print_against_model(names, rt_ms, rt_model_ms, rt_bytes, bw_gbps)
+if not ON_GPU:
+    print("No GPU: speed was not measured; the bars show the model with the reference H200's copy bandwidth.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-router-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 2.** Your kernel computes the weights without the softmax's sum over all `E` experts: why is that
+# exact, not an approximation? And what would go wrong on the grader's tie cases if your kernel hid the chosen
+# expert by its value (`x == value`) instead of by its index?
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-router", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Renormalising divides each chosen `p_i = exp(z_i − m) / S` by `Σ_chosen p_j`; the full sum `S` is in every
+# term and cancels, leaving `exp(z_i − m) / Σ_chosen exp(z_j − m)`, the softmax of the chosen logits. Hiding by
+# value hides every expert equal to the chosen one at once: the next round skips the tied experts, so a row
+# whose k-th place is a tie gets a smaller logit (and a wrong index and weight) in its place.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attention-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 4. FlashAttention: the online softmax over key tiles
 #
@@ -464,7 +779,15 @@ else:
 #    `l = l·α + rowsum(P_tile)`;
 # 3. `acc = acc·α + P_tile · V_tile`: the running output of section 2, `BLOCK_M × D` floats in registers.
 #
-# ![One program of FlashAttention: a block of queries stays in registers while the loop walks over key and value tiles, computing a score tile, updating the running max, sum and output, and writing only o and the log-sum-exp at the end](figures/flash_attention_loop.svg)
+# ![](figures/flash_attention_loop.svg)
+#
+# This is **FlashAttention-2**'s loop order: the outer loop over blocks of queries, one program each; the
+# inner loop over key and value tiles; one normalisation, after the last tile. The first FlashAttention nested
+# the loops the other way round: an outer loop over `K`/`V` blocks, an inner one over query blocks, so every
+# query block's partial output and statistics went back to HBM and were read, rescaled and written again at each
+# step of the outer loop. With the query block outside, `acc`, `m` and `l` stay in registers for the whole walk,
+# the division leaves the loop, and the programs are independent (parallel over query blocks as well as over
+# batch and heads).
 #
 # After the last tile, `O = acc / l`, written once, and each row's log-sum-exp `m + log l` (what a backward
 # pass needs to rebuild `P` without storing it). `S` and `P` only ever exist one tile at a time, in registers.
@@ -489,9 +812,23 @@ else:
 # (`n × n` per head, in the inputs' dtype) are each written by one step and read by the next; then for
 # FlashAttention, which reads `q`, `k`, `v` once and writes `o` and each row's float32 log-sum-exp.
 #
-# **Hints** *(optional)*. Count each tensor a step reads or writes once; leave out the re-reads of `k` and
-# `v` that L2 serves. The measurement after exercise 05.flash_attention turns your naive count into a time
-# line (the flops at the matmul rate, plus the bytes FlashAttention does not move, at copy bandwidth).
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Count each tensor a step of the table reads or writes, once per read and once per write; leave out the
+# re-reads of `k` and `v` that L2 serves.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `q`, `k`, `v` and `o` are four tensors of `b·h·n·d` elements, in both versions. `S` and `P` are `b·h·n²`
+# elements each, each written once and read once. The log-sum-exp is float32 whatever the inputs: 4 bytes a row.
+#
+# </details>
+#
+# The measurement after exercise 05.flash_attention turns your naive count into a time line (the flops at the
+# matmul rate, plus the bytes FlashAttention does not move, at copy bandwidth).
 #
 # **Graded.**
 #
@@ -510,21 +847,160 @@ def predicted_attention_bytes(b: int, h: int, n: int, d: int, elem_bytes: int) -
 # %% nbgrader={"grade": true, "grade_id": "test_predict_attention_bytes", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("05.predict_attention_bytes", predicted_attention_bytes, criteria=["correctness"]).assert_passed("correctness")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-torch-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.flash_attention_torch · FlashAttention-2's loop in plain PyTorch (about 30 min · ★★☆)
+#
+# **Spec.** `flash_attention_torch(q, k, v, causal=False) -> (o, lse)` with the inputs and outputs of the
+# Triton exercise below: `q (B, H, N, D)`, `k` and `v` `(B, H, N_kv, D)`; `o` in `q`'s dtype, `lse (B, H, N)`
+# float32, natural log. No Triton: torch operations on whole `(B, H, rows, …)` blocks in two loops, the outer
+# over blocks of `block_m` queries, the inner over blocks of `block_n` keys and values (64 each by default),
+# with a running max, sum and accumulator per query row in float32 and one division at the end. Causal: query
+# `i` sees keys `j ≤ i`; skip the key blocks wholly above the diagonal. It is graded on being tiled too: no
+# tensor it creates may exceed `o` or a 128 × 128 float64 tile per head, so `softmax(q·kᵀ)·v` in one shot fails.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# It is the running output of section 2's last check (`o / s` over chunks of one row), done for a block of
+# query rows at once, with a block of keys for a chunk: every running quantity gains a leading
+# `(B, H, rows)` shape.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `for start_m in range(0, N, block_m)`: take `q_blk` in float32, start `m` at `-inf`, `l` and `acc` at 0;
+# `for start_n in range(0, stop, block_n)`: `s = q_blk @ k_blkᵀ / √D` (masked), `m_new = max(m, rowmax(s))`,
+# `p = exp(s − m_new)`, `alpha = exp(m − m_new)`, `l = l·alpha + rowsum(p)`, `acc = acc·alpha + p @ v_blk`,
+# `m = m_new`. After the inner loop, write the block's rows of `o = acc / l` and `lse = m + log l`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Allocate `o` and `lse` once (`torch.empty`) and write each block's rows into them. Causal: the inner loop
+# stops at `min(N_kv, start_m + rows)`; inside a block that straddles the diagonal, hide the scores where the
+# key's index exceeds the query's (`torch.arange` on each side, `masked_fill` with `-inf`). Every row sees key 0,
+# so `m` is finite after the first key block: no `−inf` guard is needed here. `alpha` and `l` need a trailing
+# `[..., None]` to scale `acc` and `o` row by row.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 05.flash_attention_torch -->
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_torch", "locked": false, "schema_version": 3, "solution": true}
+def flash_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                          block_m: int = 64, block_n: int = 64):
+    """(o, lse) of attention over q (B, H, N, D), k and v (B, H, N_kv, D), computed block by block in float32.
+
+    o has q's shape and dtype; lse (B, H, N) float32. block_m queries and block_n keys a step."""
+    # o = torch.empty_like(q); lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    # for start_m in range(0, N, block_m):             # one Triton program's work in the next exercise
+    #     ...  # q block in float32; m = -inf, l = 0, acc = 0 for its rows
+    #     for start_n in range(0, stop, block_n):      # causal: stop at the diagonal
+    #         ...  # scores of the block (masked), online update of m, l, acc
+    #     ...  # o rows = acc / l (q's dtype); lse rows = m + log(l)
+    # return o, lse
+    ### BEGIN SOLUTION
+    # include body: kernels/flash_attention_torch.py (flash_attention_torch)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention_torch-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+check("05.flash_attention_torch", flash_attention_torch)
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_torch_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.flash_attention_torch", flash_attention_torch, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_torch_precision", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("05.flash_attention_torch", flash_attention_torch, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_flash_attention_torch_memory", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.flash_attention_torch", flash_attention_torch, criteria=["memory"]).assert_passed("memory")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "attention-torch-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# The cell below measures, over sequence lengths on this machine's CPU (one head, `D = 64`, float32), the
+# largest tensor one call creates, for the one-shot version (`attention_naive`: `S` and `P` whole) and for
+# yours, against the model: `N²` scores of 4 bytes for the one and one `64 × 64` tile (or `o` itself, `N·D`
+# values) for the other. It also checks yours against SDPA. The time is not the point here (torch launches an
+# operation per line of the loop); the Triton kernel you write next runs that loop inside one program.
+
+# %% nbgrader={"grade": false, "grade_id": "attention-torch-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+TORCH_NS = runtime.demo_points([256, 512, 1024, 2048])
+torch_largest = {"one shot (attention_naive)": [], "your flash_attention_torch": []}
+for n in TORCH_NS:
+    q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
+    torch_largest["one shot (attention_naive)"].append(largest_allocation(lambda: attn_ops.attention_naive(q, k, v))[1])
+    try:
+        (o, lse), largest = largest_allocation(lambda: flash_attention_torch(q, k, v, True))
+    except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+        if not not_written(exc):
+            raise
+        print(f"flash_attention_torch: not written yet ({type(exc).__name__}), so it is left out")
+        torch_largest.pop("your flash_attention_torch")
+        break
+    torch_largest["your flash_attention_torch"].append(largest)
+    err = rel_err(o, F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True))
+    print(f"N={n:<5} yours (causal) against SDPA in float64: relative error {err:.1e}")
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ax.loglog(TORCH_NS, [4 * n * n / 2**10 for n in TORCH_NS], "k--", label="model: the N x N float32 scores")
+ax.loglog(TORCH_NS, [4 * max(64 * 64, 64 * n) / 2**10 for n in TORCH_NS], "k:", label="model: a 64 x 64 tile, or o")
+for (name, vals), style in zip(torch_largest.items(), ("x-", "o-")):
+    ax.loglog(TORCH_NS[:len(vals)], [b / 2**10 for b in vals], style, label=name)
+ax.set_xticks(TORCH_NS, [str(n) for n in TORCH_NS])
+ax.minorticks_off()
+ax.set_xlabel("sequence length N (one head, D = 64, float32, CPU)")
+ax.set_ylabel("KiB, the largest tensor of one call")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attention-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 05.flash_attention · FlashAttention's forward pass (about 2 hours · ★★★)
 #
 # **Spec.** `flash_attention(q, k, v, causal=False) -> (o, lse)`. `q (B, H, N, D)`, `k` and `v`
 # `(B, H, N_kv, D)`, one dtype (fp32, fp16 or bf16), any strides (the grader passes `(B, N, H, D)` buffers seen
-# as `(B, H, N, D)`, as a model's projections leave them), any `N`, `N_kv` and `D` in 16…256. Returns
+# as `(B, H, N, D)`, as a model's projections leave them), any `N` and `N_kv`, `D` a power of two from 16 to
+# 256. Returns
 # `o = softmax(q·kᵀ / √D) · v` over the last two dimensions, `(B, H, N, D)` in `q`'s dtype, and `lse (B, H, N)`
 # float32, each row's natural log-sum-exp of the scaled scores. Causal: query `i` sees keys `j ≤ i`. **One**
 # Triton kernel, a program per (block of `BLOCK_M` queries, batch × head): `grid = (cdiv(N, BLOCK_M), B·H)`,
 # running the loop above with `m`, `l` and `acc` in float32; `input_precision="ieee"` for float32.
 #
-# **Hints** *(optional)*. Round `p` to `v`'s dtype only as the operand of `tl.dot(p, v)`. With a causal mask,
-# stop the key loop at the diagonal and mask only the tiles that straddle it (or the ragged end of the keys).
-# `tl.dot` needs both tile sides to be at least 16. Base 2 (`exp2`, the scale folded into one constant) is
-# faster; convert the log-sum-exp back to natural log at the end.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# It is your `flash_attention_torch`, one program per query block: the body of its outer loop becomes the
+# kernel, its inner loop stays a loop. `m`, `l` and `acc` live in registers, in float32.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# From the program ids, the (batch, head) offsets through the strides; load the query block once (rows past
+# `N` masked); loop over the keys: load `K` as a `(HEAD_DIM, BLOCK_N)` tile (transposed through its strides) and
+# `V` as `(BLOCK_N, HEAD_DIM)`, `s = tl.dot(q, k)`, `−inf` at keys past `N_kv` (and above the diagonal), the
+# online step; after the loop store `acc / l` and `m + log l`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Round `p` to `v`'s dtype only as the operand of `tl.dot(p, v)`; pass `input_precision="ieee"` for float32.
+# `tl.dot` needs both tile sides to be at least 16. Causal: the loop ends at `min(N_kv, (pid_m + 1)·BLOCK_M)`.
+# If the result is wrong, the debugging cell after the tests compares your kernel with your
+# `flash_attention_torch` block by block and names the first query block that differs.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Work in base 2: `exp2`, with `log2(e)/√D` folded into one constant, and the log-sum-exp converted back to
+# natural log at the end. Mask only the tiles that straddle the diagonal or the ragged end of the keys (a
+# `tl.constexpr` flag or a second loop). Try `BLOCK_M = 128`, `BLOCK_N = 64`, 4 to 8 warps, 2 or 3 stages.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -569,7 +1045,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     out: torch.Tensor | None = None):
     """(o, lse): o = softmax(q kᵀ / sqrt(D)) v, (B, H, N, D) in q's dtype; lse (B, H, N) float32.
 
-    q (B, H, N, D), k and v (B, H, N_kv, D): fp32, fp16 or bf16, any strides; D in 16...256. out: None (as the
+    q (B, H, N, D), k and v (B, H, N_kv, D): fp32, fp16 or bf16, any strides; D a power of two, 16...256. out: None (as the
     grader calls it), or a (B, H, N, D) tensor with contiguous rows to write o into (notebook 07's decoder can
     then skip a copy)."""
     # B, H, N, D = q.shape
@@ -585,6 +1061,40 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 # %% nbgrader={"grade": false, "grade_id": "flash_attention-try", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
 check("05.flash_attention", flash_attention)
+
+# %% nbgrader={"grade": false, "grade_id": "flash_attention-debug", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# Debugging: your Triton kernel against your tiled torch version, one query block at a time. Both run the same
+# loop, so the first block whose o or lse differs is where to look (the mask of a ragged block, the diagonal).
+DEBUG_BLOCK = 64
+
+
+def first_differing_block(got, expected, block_m=DEBUG_BLOCK, atol=2e-3, rtol=2e-3):
+    """(batch, head, first query, end) of the first block of block_m queries where got and expected differ."""
+    bad = (got.double() - expected.double()).abs() > atol + rtol * expected.double().abs()
+    bad = (bad | (got.isnan() != expected.isnan())).reshape(*expected.shape[:3], -1).any(dim=-1)
+    for b, h in itertools.product(range(bad.shape[0]), range(bad.shape[1])):
+        for start in range(0, bad.shape[2], block_m):
+            if bool(bad[b, h, start:start + block_m].any()):
+                return b, h, start, min(start + block_m, bad.shape[2])
+    return None
+
+
+gen = torch.Generator().manual_seed(1)
+for n, n_kv, causal in ((130, 130, True), (100, 77, False), (65, 200, True)):
+    q, k, v = (torch.randn(1, 2, m, 64, generator=gen).to(DEVICE) for m in (n, n_kv, n_kv))
+    try:
+        mine, ref = flash_attention(q, k, v, causal), flash_attention_torch(q, k, v, causal, block_m=DEBUG_BLOCK)
+    except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+        if not not_written(exc):
+            raise
+        print(f"not written yet ({type(exc).__name__}: {exc}): nothing to compare")
+        break
+    for name, got, expected in (("o", mine[0], ref[0]), ("lse", mine[1][..., None], ref[1][..., None])):
+        where = first_differing_block(got, expected)
+        print(f"N={n}, N_kv={n_kv}, causal={causal}, {name}: " + (
+            "every block agrees" if where is None else
+            f"first differs at batch {where[0]}, head {where[1]}, queries {where[2]}..{where[3] - 1}"))
 
 # %% nbgrader={"grade": true, "grade_id": "test_flash_attention_correctness", "locked": true, "points": 5, "schema_version": 3, "solution": false}
 check("05.flash_attention", flash_attention, criteria=["correctness"]).assert_passed("correctness")
@@ -807,22 +1317,32 @@ if not ON_GPU:
 # the model (0.56, then 0.50). At 512 and 1024 tokens every version is launch- and latency-bound, and the mask
 # saves little. A causal ratio near 1 for your kernel means it computes and masks the tiles above the diagonal
 # instead of skipping them.
+#
+# **What SDPA's kernels add on Hopper.** On an H100 or H200, SDPA runs cuDNN's attention or a FlashAttention-3
+# kernel, built on four things a first Triton kernel does not do. *Asynchronous TMA loads*: the copy engine
+# (notebook 04, section 4) moves the next `K` and `V` tiles into shared memory while the multiprocessor computes.
+# *wgmma*: Hopper's warp-group matrix instruction runs asynchronously, so a tile's product proceeds while other
+# instructions issue. *Warp specialisation*: a producer warp group only issues loads, consumer warp groups only
+# compute, and with *ping-pong* two consumer groups take turns, one in its softmax (the exponential units) while
+# the other keeps the tensor cores busy. *Persistent scheduling*: one program per multiprocessor loops over
+# tiles, the longest causal query blocks first. Triton reaches part of this by itself (`num_stages` pipelines
+# loads; recent versions can specialise warps); optional notebook 08 measures each step.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-attention-md", "locked": true, "schema_version": 3, "solution": false}
-# **Question 1.** At `N = 4096` your kernel (or the reference, at about 0.8) is slower than SDPA, though both
-# do the same flops and neither writes `S`. Name two things SDPA's kernel does that a first Triton version
-# does not, and say which measurement above would show each.
+# **Question 3.** At `N = 4096` your kernel (or the reference, at about 0.8) is slower than SDPA, though both
+# do the same flops and neither writes `S`. Name two of the techniques above that SDPA's kernel uses and yours
+# does not, say what each overlaps or saves, and which measurement above would show it.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q-sdpa-gap", "locked": false, "points": 1, "schema_version": 3, "solution": true}
-# Both are compute-bound, so the gap is how busy each keeps the tensor cores. SDPA's FlashAttention-2/cuDNN
-# kernels on Hopper use warp-specialised producer and consumer warps with TMA loads and asynchronous
-# `wgmma`, so the next `K`/`V` tile loads and the softmax of one tile overlap the matrix products of another;
-# a first Triton kernel issues them in turn. They also schedule work better: with a causal mask they launch
-# the longest query blocks first, which the causal ratio in the third panel shows (closer to 0.5), and they
-# tune tiles per head size, which the per-length times show.
+# Both are compute-bound, so the gap is how busy each keeps the tensor cores. SDPA's kernels use TMA loads and
+# warp specialisation: a producer warp group loads the next `K`/`V` tiles while consumers compute, so loads
+# overlap the products; and ping-pong of two consumer groups overlaps one group's softmax with the other's
+# `wgmma` products. A first Triton kernel issues loads, softmax and products in turn. Both show in the time
+# panel, as SDPA nearer the flops line at every length. Persistent scheduling, longest causal blocks first,
+# shows in the third panel: SDPA's causal ratio closer to 0.5.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-causal-md", "locked": true, "schema_version": 3, "solution": false}
-# **Question 2.** A causal mask removes half the scores, yet at 512 or 1024 tokens the causal run is barely
+# **Question 4.** A causal mask removes half the scores, yet at 512 or 1024 tokens the causal run is barely
 # faster than the full one. Why, and why does the ratio approach one half only at long sequences?
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q-causal", "locked": false, "points": 1, "schema_version": 3, "solution": true}
@@ -852,7 +1372,7 @@ if not ON_GPU:
 # 2. **combine**: a program per row merges that row's `V / BLOCK_V` pairs with the rule of section 2 and writes
 #    `m + log s − z_target`.
 #
-# ![The logits of a row split into vocabulary tiles: each tile program reduces its part to a max and a sum of exponentials plus the target's logit, and a second small kernel merges those pairs into the row's loss, so the logits are never stored](figures/chunked_cross_entropy.svg)
+# ![](figures/vocab_tile_cross_entropy.svg)
 #
 # Why not one kernel whose programs loop over the whole vocabulary, as FlashAttention loops over keys? With
 # 8192 rows in blocks of 128 there would be only 64 programs for 132 multiprocessors, each looping over 128256
@@ -870,9 +1390,37 @@ if not ON_GPU:
 # logit tiles writes each row's tile max, sum of `exp(z − max)` and (from the one tile that holds it) the
 # target's logit; a second kernel (or a loop) merges each row's pairs with the online rule, in float32.
 #
-# **Hints** *(optional)*. Notebook 04's `grouped_tile` and `tile_dot` are imported above. Mask the logits
-# past `V` to `−inf`. Keep the logits in float32 from the accumulator on: rounding them to the inputs' dtype
-# costs precision the grader sees.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Notebook 04's GEMM computes a tile of logits; its epilogue reduces the tile instead of storing it. Each row of
+# a tile becomes one `(max, sum)` pair, and the online rule merges a row's pairs in any order.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Kernel 1: `grouped_tile` gives the tile, `tile_dot` its float32 logits `(BLOCK_M, BLOCK_V)` (both imported
+# above); `−inf` at columns past `V`; each row's max and `Σ exp(z − max)` go to `part_m`, `part_s[row, pid_v]`;
+# where a row's target falls in this tile's columns, its logit goes to `tgt[row]`
+# (`tl.sum(tl.where(cols == t[:, None], z, 0.0), 1)`). Kernel 2: per row, merge the `n_vtiles` pairs and write
+# `m + log s − tgt`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `w` is `(V, K)` and the product needs `wᵀ`: hand `tile_dot` `w`'s strides swapped. Load the targets as they
+# come (int32 or int64) and compare them with the columns as integers. Mask the stores of rows past `M`. Keep
+# the logits in float32 from the accumulator on: rounding them to the inputs' dtype costs precision the grader
+# sees.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Tiles of 128 × 256 in bf16, a grouped launch order (`GROUP_M = 8`) so that the `w` tiles are reused from L2;
+# on Hopper, the optional TMA version below.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -1097,7 +1645,7 @@ del h, w, targets
 # less than the other.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-ce-md", "locked": true, "schema_version": 3, "solution": false}
-# **Question 3.** `torch.compile` fuses the cast and the log-softmax of the eager cross-entropy, and in the
+# **Question 5.** `torch.compile` fuses the cast and the log-softmax of the eager cross-entropy, and in the
 # measurement above runs about as fast as a fused kernel, yet it allocates far more. What does it still
 # hold, and why can it not avoid it?
 
