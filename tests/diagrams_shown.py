@@ -1,6 +1,7 @@
-"""Whether a page rendered from a notebook shows its diagrams. The build embeds each `![alt](figures/NAME.svg)` of
-a notebook's text source as a data URI (autograder.publish.build.embed_figures), so that nbgrader's feedback
-pages and the documentation site, which are written without the notebook's folder, show the picture itself."""
+"""Whether a page rendered from a notebook shows its diagrams. The build embeds each `![](figures/NAME.svg)` of a
+notebook's text source as a data URI, with the alt text of its registry entry (autograder.publish.build
+.embed_figures), so that nbgrader's feedback pages and the documentation site, which are written without the
+notebook's folder, show the picture itself."""
 
 from __future__ import annotations
 

@@ -17,10 +17,11 @@ becomes a one-line summary and, folded, the table of that exercise's criteria an
 (autograder.publish.cards), read from its spec and the grading configuration, so the exercise card says what the
 grader does. The cells that check an exercise are tagged so that Run All goes past them (autograder.publish.runall).
 
-A diagram, linked in the text source as `![alt text](figures/NAME.svg)` (the files autograder.teach.diagrams
-writes), is embedded in the notebook as a data URI with the same alt text: the picture then travels with the
-notebook, into JupyterLab, nbgrader's feedback pages (which are written without the notebook's folder) and the
-documentation site. A cell attachment would not do: JupyterLab shows no SVG attachment.
+A diagram, linked in the text source as `![](figures/NAME.svg)` (the files autograder.teach.diagrams writes), is
+embedded in the notebook as a data URI, with the alt text of its entry in autograder.teach.diagrams.DIAGRAMS (the
+one place that says what a picture shows): the picture then travels with the notebook, into JupyterLab,
+nbgrader's feedback pages (which are written without the notebook's folder) and the documentation site. A cell
+attachment would not do: JupyterLab shows no SVG attachment.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from autograder.guard import fingerprint
 from autograder.publish import cards, runall
+from autograder.teach import diagrams
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,9 +110,21 @@ def expand_includes(source: str, root: Path = ROOT) -> str:
 FIGURE = re.compile(r"!\[([^\]]*)\]\(figures/([\w.-]+\.svg)\)")
 
 
+def figure_alt(name: str, notebook: str | None = None) -> str:
+    """The alt text of diagram `name`, from its registry entry; an error if it has none, or (given the notebook
+    that shows it) if it is registered for another notebook."""
+    entry = diagrams.DIAGRAMS.get(name)
+    if entry is None:
+        raise LookupError(f"figures/{name} is not in autograder.teach.diagrams.DIAGRAMS: register it there")
+    if notebook is not None and entry.notebook != notebook:
+        raise LookupError(f"figures/{name} is registered for {entry.notebook}, not {notebook}")
+    return entry.alt
+
+
 def figure_links(markdown: str) -> list[tuple[str, str]]:
-    """(alt text on one line, file name) of each diagram a markdown text links from figures/."""
-    return [(" ".join(alt.split()), name) for alt, name in FIGURE.findall(markdown)]
+    """(alt text, file name) of each diagram a markdown text links from figures/, the alt text from the
+    registry."""
+    return [(figure_alt(name), name) for _alt, name in FIGURE.findall(markdown)]
 
 
 def svg_data_uri(path: Path) -> str:
@@ -118,12 +132,17 @@ def svg_data_uri(path: Path) -> str:
 
 
 def embed_figures(markdown: str, folder: Path) -> str:
-    """markdown with each `![alt](figures/NAME.svg)` made an image whose source is folder/NAME.svg itself."""
+    """markdown with each `![](figures/NAME.svg)` made an image whose source is folder/NAME.svg itself and whose
+    alt text is the registry's (folder: solutions/<notebook>/figures)."""
     def embed(match: re.Match) -> str:
-        path = folder / match.group(2)
+        name = match.group(2)
+        if match.group(1).strip():
+            raise LookupError(f"write ![](figures/{name}): its alt text is kept in autograder.teach.diagrams")
+        alt = figure_alt(name, folder.parent.name)
+        path = folder / name
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: run python -m autograder.teach.diagrams")
-        return f"![{' '.join(match.group(1).split())}]({svg_data_uri(path)})"
+        return f"![{alt}]({svg_data_uri(path)})"
 
     return FIGURE.sub(embed, markdown)
 

@@ -1,5 +1,5 @@
-"""Diagrams of notebooks 03, 04 and 06: stacked QKV weights, many small ops in one launch, a GEMM tile with its
-epilogue, and the compiler's pipeline from Python to Triton."""
+"""Diagrams of notebooks 03, 04 and 06: siblings sharing an input, QKV weights stacked by rows, many small
+tensors in one launch, a GEMM tile with its epilogue, and the compiler's pipeline from Python to Triton."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from autograder.teach.drawing import (
     draw_arrow,
     draw_box,
     draw_grid,
+    draw_legend,
     draw_text,
     new_canvas,
 )
@@ -26,50 +27,111 @@ from autograder.teach.drawing import (
 # 03: horizontal fusion
 
 
-def qkv_stacking() -> Figure:
-    fig, ax = new_canvas(10, 6.2, "Horizontal fusion: one GEMM for Q, K and V")
-    # left: three GEMMs
-    draw_text(ax, 0.3, 5.55, "three GEMMs: x is read three times", bold=True)
-    for k, (name, out) in enumerate([("Wq", "q"), ("Wk", "k"), ("Wv", "v")]):
-        y = 4.35 - k * 1.35
-        draw_box(ax, 0.3, y, 0.55, 1.0, "x", HBM, bold=True, rounded=False)
-        draw_text(ax, 1.02, y + 0.5, "@", ha="center", size=FONT + 2)
-        draw_box(ax, 1.2, y + 0.45, 0.55, 0.55, name, HBM, bold=True, rounded=False, fontsize=FONT - 1)
-        draw_arrow(ax, (1.85, y + 0.5), (2.45, y + 0.5))
-        draw_box(ax, 2.55, y, 0.55, 1.0, out, HBM, bold=True, rounded=False)
-        draw_box(ax, 3.35, y + 0.25, 1.05, 0.5, f"launch {k + 1}", COMPUTE, fontsize=FONT - 1.5)
-    draw_text(ax, 0.3, 0.75, "reads 3|x| + |Wq|+|Wk|+|Wv|\n3 launches, each a third of the work", size=FONT - 1,
-          color=HBM["text"])
-    ax.plot([4.75, 4.75], [0.4, 5.7], color="#cccccc", lw=0.8)
-    # right: stacked
-    draw_text(ax, 5.0, 5.55, "stacked: x is read once", bold=True)
-    draw_box(ax, 5.0, 3.8, 0.55, 1.3, "", HBM, rounded=False)
-    draw_text(ax, 5.27, 4.45, "x", ha="center", bold=True, color=HBM["text"])
-    draw_text(ax, 5.27, 3.62, "M x d", ha="center", size=FONT - 2, color="#555555")
-    draw_text(ax, 5.75, 4.45, "@", ha="center", size=FONT + 2)
-    wx, wy, ws = 5.95, 4.55, 0.5
-    for k, (name, st) in enumerate([("Wq", HBM), ("Wk", HBM), ("Wv", HBM)]):
-        draw_box(ax, wx + k * ws, wy, ws, ws, name, st, bold=True, rounded=False, fontsize=FONT - 1)
-    draw_text(ax, wx + 1.5 * ws, wy + ws + 0.17, "W_qkv = cat([Wq, Wk, Wv], dim=1): d x 3d", ha="center",
-          size=FONT - 1.5, color=HBM["text"])
-    draw_text(ax, wx, 3.95, "(concatenated once, at load time)", ha="left", size=FONT - 2,
-          color="#555555")
-    draw_arrow(ax, (wx + 3 * ws + 0.1, 4.45), (wx + 3 * ws + 0.55, 4.45))
-    ox = wx + 3 * ws + 0.65
-    for k, name in enumerate(["q", "k", "v"]):
-        draw_box(ax, ox + k * 0.45, 3.8, 0.45, 1.3, name, HBM, bold=True, rounded=False)
-    draw_text(ax, ox + 0.67, 3.62, "M x 3d: one output", ha="center", size=FONT - 2, color="#555555")
-    draw_box(ax, 5.6, 2.45, 3.6, 0.6, "1 launch, 3x the work per launch", COMPUTE, fontsize=FONT - 1)
-    draw_text(ax, 5.0, 1.65, "q, k, v = out.split(d, dim=-1): three views, no copy", family="DejaVu Sans Mono",
-          size=FONT - 1.5)
-    draw_text(ax, 5.0, 0.75, "reads |x| + |W_qkv|: saves 2|x| of reads,\nand one large GEMM keeps the tensor cores "
-          "busier", size=FONT - 1, color=COMPUTE["text"])
+def shared_input_siblings() -> Figure:
+    fig, ax = new_canvas(10, 6.4, "Siblings that share an input: X read twice, or once")
+    hy, hh = 0.95, 0.8  # the HBM band
+    for x0, label in [(0.25, "unfused: two kernels, each reads all of X"),
+                      (5.25, "fused: one kernel reads each tile of X once")]:
+        draw_box(ax, x0, hy, 4.5, hh, "", HBM)
+        draw_text(ax, x0 + 0.08, hy + hh + 0.13, "HBM", color=HBM["text"], bold=True, size=FONT - 1)
+        draw_text(ax, x0 + 2.25, 5.25, label, ha="center", bold=True, size=FONT + 0.5)
+    ax.plot([5.0, 5.0], [0.3, 5.4], color="#cccccc", lw=0.8)
+
+    def tensors(x0, hot=None):
+        """X as four tiles, then Y1 and Y2, in the HBM band; returns the centres of X, Y1, Y2."""
+        for t in range(4):
+            draw_box(ax, x0 + t * 0.42, hy + 0.17, 0.42, 0.46, "", SRAM if t == hot else PLAIN, rounded=False,
+                     lw=0.8)
+        draw_text(ax, x0 + 0.84, hy + 0.4, "X", ha="center", bold=True, size=FONT + 1)
+        draw_box(ax, x0 + 2.25, hy + 0.17, 0.7, 0.46, "Y1", PLAIN, bold=True, rounded=False)
+        draw_box(ax, x0 + 3.2, hy + 0.17, 0.7, 0.46, "Y2", PLAIN, bold=True, rounded=False)
+        return x0 + 0.84, x0 + 2.6, x0 + 3.55
+
+    # unfused: kernel 1 and kernel 2 each stream all of X
+    cx, c1, c2 = tensors(0.45)
+    for k, (kx, out, f) in enumerate([(0.45, c1, "f1"), (2.55, c2, "f2")]):
+        draw_box(ax, kx, 3.2, 1.75, 0.8, f"kernel {k + 1}\nY{k + 1} = {f}(X)", COMPUTE, fontsize=FONT - 1)
+        draw_arrow(ax, (cx - 0.3 + 0.6 * k, hy + 0.65), (kx + 0.6, 3.18), color=HBM["edge"], text="all of X",
+                   tpos=0.55, toff=(-0.45 + 1.0 * k, 0.0), fontsize=FONT - 1.5)
+        draw_arrow(ax, (kx + 1.3, 3.18), (out, hy + 0.65), color=HBM["edge"], tpos=0.5)
+    draw_text(ax, 2.5, 0.5, "traffic 2|X| + |Y1| + |Y2|, two launches", ha="center", size=FONT - 0.5,
+              color=HBM["text"])
+    # fused: one program per tile of X; the tile is loaded once and feeds both outputs
+    cx, c1, c2 = tensors(5.45, hot=1)
+    draw_box(ax, 5.45, 2.75, 4.1, 2.05, "", COMPUTE)
+    draw_text(ax, 5.58, 4.57, "one kernel, one program per tile of X", color=COMPUTE["text"], size=FONT - 1)
+    draw_box(ax, 5.7, 3.3, 1.15, 0.75, "tile of X\nin registers", REG, fontsize=FONT - 1.5)
+    for k, (y, f) in enumerate([(3.85, "f1(tile)"), (2.95, "f2(tile)")]):
+        draw_box(ax, 7.45, y, 1.2, 0.5 if k == 0 else 0.5, f, COMPUTE, fontsize=FONT - 1.5)
+        draw_arrow(ax, (6.87, 3.68), (7.43, y + 0.25), lw=1.2)
+    draw_arrow(ax, (5.45 + 0.63, hy + 0.65), (6.2, 3.28), color=HBM["edge"], text="each tile of X, once",
+               tpos=0.5, toff=(0.95, 0.0), fontsize=FONT - 1.5)
+    draw_arrow(ax, (8.7, 4.1), (c1 + 0.3, hy + 0.65), color=HBM["edge"], rad=-0.25)
+    draw_arrow(ax, (8.67, 3.2), (c2 + 0.1, hy + 0.65), color=HBM["edge"])
+    draw_text(ax, 7.5, 0.5, "traffic |X| + |Y1| + |Y2|, one launch:\nboth outputs from one read of X", ha="center",
+              size=FONT - 0.5, color=COMPUTE["text"])
+    draw_legend(ax, 0.3, 5.8, keys=("hbm", "reg", "compute"))
     return fig
 
 
-def horizontal_fusion() -> Figure:
+def qkv_stacking() -> Figure:
+    fig, ax = new_canvas(10, 7.0, "The QKV projection: weights stacked by rows, one GEMM")
+    kw, nq, nkv, m = 1.2, 1.6, 0.4, 0.8  # inches for K, n_q, n_kv (4 : 1, as with 32 and 8 heads), M
+    # 1. nn.Linear's weights, (out features, K), stacked by rows
+    draw_text(ax, 0.3, 6.3, "1. nn.Linear keeps each weight as (out features, K); stack them by rows, once, "
+              "at load time", bold=True, size=FONT - 0.5)
+    top = 5.85
+    for k, (name, h, x) in enumerate([("Wq", nq, 0.5), ("Wk", nkv, 2.2), ("Wv", nkv, 3.9)]):
+        draw_box(ax, x, top - h, kw, h, name, HBM, bold=True, rounded=False, fontsize=FONT - 1)
+        size = "n_q x K" if k == 0 else "n_kv x K"
+        draw_text(ax, x + kw / 2, top - h - 0.2, size, ha="center", size=FONT - 1.5, color="#555555")
+    draw_arrow(ax, (5.35, top - 0.9), (6.05, top - 0.9), lw=1.8)
+    sx = 6.2
+    y = top
+    for name, h in [("Wq", nq), ("Wk", nkv), ("Wv", nkv)]:
+        y -= h
+        draw_box(ax, sx, y, kw, h, name, HBM, bold=True, rounded=False, fontsize=FONT - 1.5)
+    draw_text(ax, sx + kw + 0.15, top - 0.55, "W_qkv:\n(n_q + 2·n_kv) rows x K", size=FONT - 1,
+              color=HBM["text"], bold=True)
+    draw_text(ax, sx + kw + 0.15, top - 1.55, "torch.cat([Wq, Wk, Wv], dim=0)\n(GQA: n_kv < n_q)",
+              size=FONT - 1.5, family="DejaVu Sans Mono")
+    # 2. one GEMM, the output split by columns
+    ax.plot([0.2, 9.8], [3.15, 3.15], color="#cccccc", lw=0.8)
+    draw_text(ax, 0.3, 2.9, "2. one GEMM, out = X @ W_qkvᵀ: X is read once; Q, K and V are column slices of out",
+              bold=True, size=FONT - 0.5)
+    gy = 0.85  # bottom of X and out
+    draw_box(ax, 0.5, gy + 0.2, kw, m, "X", HBM, bold=True, rounded=False)
+    draw_text(ax, 0.5 + kw / 2, gy, "M x K", ha="center", size=FONT - 1.5, color="#555555")
+    draw_text(ax, 1.95, gy + 0.6, "@", ha="center", size=FONT + 3)
+    wx = 2.2
+    x = wx
+    for name, w in [("Wqᵀ", nq), ("Wkᵀ", nkv), ("Wvᵀ", nkv)]:
+        draw_box(ax, x, gy, w, kw, name, HBM, bold=True, rounded=False, fontsize=FONT - 2)
+        x += w
+    draw_text(ax, wx + (nq + 2 * nkv) / 2, gy - 0.2, "W_qkvᵀ: K x (n_q + 2·n_kv)", ha="center", size=FONT - 1.5,
+              color="#555555")
+    draw_text(ax, x + 0.25, gy + 0.6, "=", ha="center", size=FONT + 3)
+    ox = x + 0.5
+    x = ox
+    for name, w, cols in [("Q", nq, "n_q columns"), ("K", nkv, "n_kv"), ("V", nkv, "n_kv")]:
+        draw_box(ax, x, gy + 0.2, w, m, name, HBM, bold=True, rounded=False)
+        draw_text(ax, x + w / 2, gy, cols, ha="center", size=FONT - 2, color="#555555")
+        x += w
+    draw_text(ax, (ox + x) / 2, gy + m + 0.38, "out: M x (n_q + 2·n_kv)", ha="center", size=FONT - 1.5,
+              color="#555555")
+    draw_text(ax, x + 0.3, gy + 1.05, "q = out[:, :n_q]\nk = out[:, n_q:n_q+n_kv]\nv = out[:, n_q+n_kv:]",
+              size=FONT - 2, family="DejaVu Sans Mono", va="top")
+    draw_text(ax, x + 0.3, gy + 0.05, "views of one buffer,\nno copy", size=FONT - 1.5, color="#555555")
+    draw_box(ax, 0.5, 0.1, 4.2, 0.45, "1 launch; unfused, three GEMMs read X three times", COMPUTE,
+             fontsize=FONT - 1.5)
+    draw_text(ax, 4.95, 0.32, "K and V are n_kv wide: alone, their GEMMs are too narrow to fill the GPU",
+              size=FONT - 1.5, color="#555555")
+    return fig
+
+
+def multi_tensor_launch() -> Figure:
     fig, ax = new_canvas(10, 7.0, "Horizontal fusion: many small tensors, one launch")
-    draw_text(ax, 0.3, 6.45, "an optimizer step over 5 parameter tensors of different sizes, scattered through HBM",
+    draw_text(ax, 0.3, 6.45, "an AdamW step over 5 parameter tensors of different sizes, scattered through HBM",
           size=FONT - 0.5, color="#444444")
     sizes = [3, 7, 2, 5, 4]  # in blocks
     # HBM layout of the tensors
@@ -97,21 +159,21 @@ def horizontal_fusion() -> Figure:
           color="#555555")
     # fused: address table and programs
     ax.plot([0.2, 9.8], [3.35, 3.35], color="#cccccc", lw=0.8)
-    draw_text(ax, 0.3, 3.1, "fused: one launch, grid = (total blocks,) = (21,), and an address table", bold=True)
+    draw_text(ax, 0.3, 3.1, "fused: one launch, grid = (total blocks,) = (21,), and a table of addresses", bold=True)
     tx, ty = 0.4, 0.45
-    hdr = ["tensor", "pointer", "numel", "first block"]
-    cw = [0.75, 0.95, 0.75, 1.0]
+    hdr = ["tensor t", "address", "numel"]
+    cw = [0.8, 1.15, 0.85]
     for j, h in enumerate(hdr):
         draw_box(ax, tx + sum(cw[:j]), ty + 5 * 0.36, cw[j], 0.36, h, SRAM, rounded=False, fontsize=FONT - 2, bold=True,
              lw=0.8)
     first = 0
     for t, s in enumerate(sizes):
-        row = [f"p{t}", f"&p{t}", f"{s} x B", str(first)]
+        row = [f"{t}: p{t}", f"&p{t}", f"{s} x B"]
         for j, v in enumerate(row):
             draw_box(ax, tx + sum(cw[:j]), ty + (4 - t) * 0.36, cw[j], 0.36, v, PLAIN, rounded=False,
                  fontsize=FONT - 2, lw=0.6)
         first += s
-    draw_text(ax, tx + sum(cw) / 2, ty - 0.2, "B = BLOCK; a small table in HBM, passed as one pointer", ha="center",
+    draw_text(ax, tx + sum(cw) / 2, ty - 0.2, "(and the addresses of its g, m, v); B = BLOCK", ha="center",
           size=FONT - 2, color="#555555")
     # programs
     gx, gy = 4.2, 2.25
@@ -122,11 +184,16 @@ def horizontal_fusion() -> Figure:
             draw_box(ax, gx + pid * 0.25, gy, 0.25, 0.36, "", REG if hot else COMPUTE, rounded=False, lw=0.6)
             pid += 1
         ax.plot([gx + pid * 0.25] * 2, [gy - 0.08, gy + 0.44], color=INK, lw=1.2, zorder=5)
-    draw_text(ax, gx, gy + 0.56, "programs 0 .. 20, grouped by the tensor they serve", size=FONT - 1.5,
-          color=COMPUTE["text"])
-    draw_arrow(ax, (gx + 11.5 * 0.25, gy - 0.02), (gx + 11.5 * 0.25, 1.45), lw=1.2)
-    draw_text(ax, gx - 0.05, 1.0, "program 11 looks itself up: first[p2] = 10 <= 11 < 12 = first[p3],\n"
-          "so it updates block 11 - 10 = 1 of p2 at &p2 + 1 x B", size=FONT - 1.5)
+    draw_text(ax, gx, gy + 0.56, "programs 0 .. 20, and the per-block table: the tensor t each one updates",
+          size=FONT - 1.5, color=COMPUTE["text"])
+    pid = 0
+    for t, s in enumerate(sizes):
+        for b in range(s):
+            draw_text(ax, gx + pid * 0.25 + 0.125, gy + 0.18, str(t), ha="center", size=FONT - 2.5, z=6)
+            pid += 1
+    draw_arrow(ax, (gx + 11.5 * 0.25, gy - 0.02), (gx + 11.5 * 0.25, 1.6), lw=1.2)
+    draw_text(ax, gx - 0.05, 1.15, "program 11 reads t = block_tensor[11] = 2 and start = block_start[11] = B,\n"
+          "loads the address &p2 from the table and updates p2[B : 2B]", size=FONT - 1.5)
     draw_text(ax, gx - 0.05, 0.35, "one launch overhead; every SM busy; each byte still moved once",
           size=FONT - 1, color=COMPUTE["text"], bold=True)
     return fig

@@ -1,5 +1,6 @@
-"""Diagrams of notebooks 05 and 07: the online softmax, the FlashAttention loop, the chunked linear cross-entropy,
-what autograd saves against what FlashAttention recomputes, and its backward's two kernels."""
+"""Diagrams of notebooks 05 and 07: the online softmax, the FlashAttention loop, the cross-entropy over vocabulary
+tiles, what autograd saves against what FlashAttention recomputes, its backward's two kernels, and the chunked
+linear cross-entropy backward."""
 
 from __future__ import annotations
 
@@ -124,50 +125,106 @@ def flash_attention_loop() -> Figure:
     return fig
 
 
+def vocab_tile_cross_entropy() -> Figure:
+    fig, ax = new_canvas(10, 7.2, "Cross-entropy without the logits: vocabulary tiles, then a combine")
+    rows, tiles = 4, 8  # row blocks of BLOCK_M, vocabulary tiles of BLOCK_V
+    lx, ly, lw, lh = 1.55, 2.35, 4.8, 2.4  # the M x V logits, never stored
+    hr, ht = 1, 5  # the highlighted program: row block, vocabulary tile
+    # h and W in HBM; the tile's operands loaded by its program
+    draw_box(ax, 0.35, ly, 0.8, lh, "", HBM, rounded=False)
+    draw_grid(ax, 0.35, ly, 0.8, lh, rows, 1, HBM)
+    draw_box(ax, 0.35, ly + lh - (hr + 1) * lh / rows, 0.8, lh / rows, "h rows", SRAM, rounded=False,
+             fontsize=FONT - 2)
+    draw_text(ax, 0.75, ly - 0.2, "h: M x K", ha="center", size=FONT - 1.5, color=HBM["text"], bold=True)
+    wy, wh = ly + lh + 0.25, 0.6
+    draw_box(ax, lx, wy, lw, wh, "", HBM, rounded=False)
+    draw_grid(ax, lx, wy, lw, wh, 1, tiles, HBM)
+    draw_box(ax, lx + ht * lw / tiles, wy, lw / tiles, wh, "W tile", SRAM, rounded=False, fontsize=FONT - 2.5)
+    draw_text(ax, lx, wy + wh + 0.22, "Wᵀ: K x V, the vocabulary split into tiles of BLOCK_V words", size=FONT - 1,
+              color=HBM["text"], bold=True)
+    # the logits: a grid of programs, each tile only in registers
+    draw_box(ax, lx, ly, lw, lh, "", GHOST, rounded=False, hatch="//", z=1, lw=1.0)
+    draw_grid(ax, lx, ly, lw, lh, rows, tiles, GHOST, lw=0.8)
+    tx, ty = lx + ht * lw / tiles, ly + lh - (hr + 1) * lh / rows
+    draw_box(ax, tx, ty, lw / tiles, lh / rows, "z", REG, rounded=False, bold=True, z=4)
+    draw_text(ax, lx + 1.9, ly + 0.3, "M x V logits: never written to HBM", ha="center", size=FONT - 1,
+              color="#555555", z=6, bbox={"fc": "white", "ec": "none", "pad": 2})
+    draw_text(ax, lx + lw / 2, ly - 0.2, "kernel 1: one program per (row block, vocabulary tile)", ha="center",
+              size=FONT - 1.5, color=COMPUTE["text"], bold=True)
+    # the epilogue of one program
+    ex, ey = 6.8, 3.35
+    draw_box(ax, ex, ey, 2.95, 1.75, "", COMPUTE)
+    draw_text(ax, ex + 0.12, ey + 1.52, "epilogue, each row of its tile:", size=FONT - 1.5, color=COMPUTE["text"],
+              bold=True)
+    for i, line in enumerate(["m = max(z)", "s = sum(exp(z - m))", "z_target, if the target", "  falls in this tile"]):
+        draw_text(ax, ex + 0.15, ey + 1.17 - i * 0.3, line, family="DejaVu Sans Mono", size=FONT - 2)
+    draw_arrow(ax, (tx + lw / tiles + 0.02, ty + lh / rows / 2), (ex - 0.02, ey + 0.9), lw=1.3)
+    # the (max, sum) pairs in HBM, rows x tiles
+    px, py, pw, ph = 6.8, 1.95, 2.95, 0.9
+    draw_box(ax, px, py, pw, ph, "", HBM, rounded=False)
+    draw_grid(ax, px, py, pw, ph, rows, tiles, HBM)
+    draw_box(ax, px + ht * pw / tiles, py + ph - (hr + 1) * ph / rows, pw / tiles, ph / rows, "", SRAM,
+             rounded=False, lw=1.0)
+    draw_text(ax, px, py - 0.22, "(m, s) pairs: rows x tiles, in HBM", size=FONT - 1.5, color=HBM["text"], bold=True)
+    draw_arrow(ax, (ex + 1.47, ey - 0.02), (ex + 1.47, py + ph + 0.02), color=HBM["edge"], lw=1.3)
+    # kernel 2: combine
+    draw_box(ax, 0.35, 0.55, 5.9, 0.95, "", COMPUTE)
+    draw_text(ax, 0.47, 1.3, "kernel 2, combine: one program per row merges its V / BLOCK_V pairs", size=FONT - 1.5,
+              color=COMPUTE["text"], bold=True)
+    draw_text(ax, 0.5, 0.85, "m = max_j m_j;  s = sum_j s_j exp(m_j - m);  loss = m + log s - z_target",
+              family="DejaVu Sans Mono", size=FONT - 2.5)
+    draw_arrow(ax, (px + 0.3, py - 0.4), (6.3, 1.05), color=HBM["edge"], lw=1.3)
+    draw_box(ax, 6.8, 0.7, 1.3, 0.6, "loss: M", HBM, rounded=False, bold=True, fontsize=FONT - 1)
+    draw_arrow(ax, (6.27, 0.85), (6.78, 0.95), color=HBM["edge"], lw=1.3)
+    draw_text(ax, 0.35, 0.2, "HBM traffic: h and W in; 2·M·V/BLOCK_V floats of pairs out and back; M losses out.",
+              size=FONT - 1.5, color="#444444")
+    draw_legend(ax, 0.3, 6.5, keys=("hbm", "sram", "reg", "ghost"))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 07: training
+
+
 def chunked_cross_entropy() -> Figure:
-    fig, ax = new_canvas(10, 7.0, "Chunked cross-entropy: logits one chunk of rows at a time")
+    fig, ax = new_canvas(10, 7.0, "Linear + cross-entropy, forward and backward: a chunk of rows at a time")
     # hidden states
     hx, hy, hw, hh, nchunk = 0.35, 1.9, 0.9, 4.0, 4
     draw_box(ax, hx, hy, hw, hh, "", HBM, rounded=False)
     draw_grid(ax, hx, hy, hw, hh, nchunk, 1, HBM)
-    draw_box(ax, hx, hy + hh - 2 * hh / nchunk, hw, hh / nchunk, "H_c", SRAM, rounded=False, bold=True)
-    draw_text(ax, hx + hw / 2, hy + hh + 0.4, "hidden H", ha="center", bold=True, color=HBM["text"])
-    draw_text(ax, hx + hw / 2, hy + hh + 0.15, "N x d", ha="center", size=FONT - 1.5, color="#555555")
+    draw_box(ax, hx, hy + hh - 2 * hh / nchunk, hw, hh / nchunk, "h_c", SRAM, rounded=False, bold=True)
+    draw_text(ax, hx + hw / 2, hy + hh + 0.4, "hidden h", ha="center", bold=True, color=HBM["text"])
+    draw_text(ax, hx + hw / 2, hy + hh + 0.15, "M x K", ha="center", size=FONT - 1.5, color="#555555")
     draw_text(ax, hx + hw + 0.25, hy + hh - 1.5 * hh / nchunk, "@", ha="center", size=FONT + 3)
     wx, wy, ww, wh = 1.7, hy + hh - 1.5 * hh / nchunk - 0.55, 3.0, 1.1
-    draw_box(ax, wx, wy, ww, wh, "lm_head W\nd x V", HBM, rounded=False, bold=True)
+    draw_box(ax, wx, wy, ww, wh, "Wᵀ (W: V x K)", HBM, rounded=False, bold=True)
     draw_arrow(ax, (wx + ww + 0.1, hy + hh - 1.5 * hh / nchunk), (wx + ww + 0.55, hy + hh - 1.5 * hh / nchunk))
     lx = wx + ww + 0.65
-    draw_box(ax, lx, hy + hh - 2 * hh / nchunk, 3.9, hh / nchunk, "logits of chunk c: C x V", SRAM,
+    draw_box(ax, lx, hy + hh - 2 * hh / nchunk, 3.9, hh / nchunk, "logits_c: C x V, float32", SRAM,
          rounded=False, bold=True)
     draw_text(ax, lx + 1.95, hy + hh - 2 * hh / nchunk - 0.22, "the only logits alive at any time", ha="center",
           size=FONT - 1.5, color=SRAM["text"], bbox={"fc": "white", "ec": "none", "pad": 2})
     # ghost full logits
     gy = hy
     draw_box(ax, lx, gy, 3.9, hh, "", GHOST, rounded=False, hatch="//", z=1, lw=1.0)
-    draw_text(ax, lx + 1.95, gy + 0.55, "full N x V logits: never allocated\n"
-          "e.g. 8192 x 128256 in fp32 = 4.2 GB", ha="center", size=FONT - 1, color="#555555", z=6,
+    draw_text(ax, lx + 1.95, gy + 0.55, "full M x V logits: never allocated\n"
+          "e.g. 8192 x 128256 in float32 = 4 GiB", ha="center", size=FONT - 1, color="#555555", z=6,
           bbox={"fc": "white", "ec": "none", "pad": 3})
     # per-chunk work
-    draw_text(ax, 1.7, 3.35, "for each chunk c of C rows:", bold=True)
-    steps = ["z = H_c @ W               # C x V",
-             "loss_c = logsumexp(z) - z[target]",
-             "dz = (softmax(z) - onehot(target)) / N",
-             "dH_c = dz @ Wᵀ;  dW += H_cᵀ @ dz",
-             "free z and dz; next chunk"]
+    draw_text(ax, 1.7, 3.35, "for each chunk of C rows:", bold=True)
+    steps = ["1. logits_c = h_c @ Wᵀ                 # C x V",
+             "2. lse, loss; dlogits_c = (p - y) / M",
+             "3. dh_c = dlogits_c @ W                # rows done",
+             "4. dW += dlogits_cᵀ @ h_c",
+             "   free logits_c and dlogits_c; next chunk"]
     for i, st in enumerate(steps):
         draw_text(ax, 1.7, 2.95 - i * 0.3, st, family="DejaVu Sans Mono", size=FONT - 1.5)
     draw_text(ax, 0.35, 1.2, "The loss and both gradients come out of the same chunk while its logits are on hand, so "
-          "the backward\nnever needs them again: peak memory C x V instead of N x V, for the same FLOPs.",
+          "the backward\nnever needs them again: memory C x V instead of M x V, the same flops (three products).",
           size=FONT - 1)
-    draw_text(ax, 0.35, 0.45, "dH and dW are written chunk by chunk; dW accumulates across chunks.",
+    draw_text(ax, 0.35, 0.45, "dh is written chunk by chunk; dW (V x K) is read and written once per chunk.",
           size=FONT - 1.5, color="#555555")
     return fig
-
-
-
-# ---------------------------------------------------------------------------------------------------------
-# 07: training
 
 
 def save_vs_recompute() -> Figure:

@@ -195,8 +195,7 @@ check("02.rmsnorm", rmsnorm, criteria=["fusion"]).assert_passed("fusion")
 # %% [markdown] nbgrader={"grade": false, "grade_id": "programs-md", "locked": true, "schema_version": 3, "solution": false}
 # ### One program per row, drawn
 #
-# ![Each row of x is handled by one program: the program loads the whole row into registers, reduces it to
-# one statistic, and writes the normalised row of y; padding lanes past H are masked off.](figures/rmsnorm_row_program.svg)
+# ![](figures/rmsnorm_row_program.svg)
 #
 # The cell below runs your `_rmsnorm_kernel` on a launch small enough to look at (3 rows of 6 values, a block of
 # 8) in Triton's interpreter, and draws which elements each program loaded and stored. Each row of `x` and of

@@ -79,8 +79,7 @@ if ON_GPU:
 # `X` (a rectangular block of it, the piece one program loads and works on at a time) once and hands it to all
 # `k`, and it crosses once:
 #
-# ![Left, unfused: two kernels each read all of X from HBM and write their own output. Right, fused: one kernel
-# reads each tile of X once and computes both outputs from it.](figures/horizontal_fusion.svg)
+# ![](figures/shared_input_siblings.svg)
 #
 # | | HBM traffic | launches |
 # |---|---|---|
@@ -248,8 +247,7 @@ print_against_model(names, stats_ms, stats_model_ms, x_bytes, bw_gbps)
 # (with grouped-query attention `n_kv < n_q`), run one GEMM, and Q, K and V are column slices of its output:
 # views, no copies. Inference engines store the weight stacked for exactly this reason.
 #
-# ![W_q, W_k and W_v stacked row-wise into one W_qkv; one GEMM of X with it gives an output whose first n_q
-# columns are Q, the next n_kv are K and the last n_kv are V, all views of one buffer.](figures/qkv_stacking.svg)
+# ![](figures/qkv_stacking.svg)
 # With `e` bytes an
 # element and `N = n_q + 2·n_kv`:
 #
@@ -560,6 +558,8 @@ if qkv_us.get("your qkv_projection"):
 # (an `int64`) and size, and for each block of work the tensor it belongs to and its offset. The table is
 # uploaded once and reused while the same tensors come back, step after step. A program reads its row of
 # the table and turns the address into a pointer: `tl.load(addr_ptr + t).to(tl.pointer_type(tl.float32))`.
+#
+# ![](figures/multi_tensor_launch.svg)
 #
 # The model's prediction for tensors of 16384 fp32 elements, `T` from 1 to 1024 (you measure your step
 # against it after exercise 3):

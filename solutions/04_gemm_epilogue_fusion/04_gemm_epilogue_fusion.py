@@ -260,7 +260,7 @@ else:
 # before that write costs one read of `r`, and saves a whole kernel that would read `y` and `r` and write
 # `out`. cuBLASLt's epilogues (`D = act(α·A·B + β·C)`, with `C = r`) do the same.
 #
-# ![One output tile of the GEMM: the K loop adds x and w tiles into a float32 accumulator in registers; the epilogue then adds the bias, applies GELU and adds the residual tile before a single store to HBM](figures/gemm_tile_epilogue.svg)
+# ![](figures/gemm_tile_epilogue.svg)
 #
 # ### Exercise 04.predict_epilogue_bytes · the epilogue's bytes, before measuring (about 15 min · ★☆☆)
 #

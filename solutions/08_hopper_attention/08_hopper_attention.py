@@ -371,14 +371,14 @@ hopper_only("Tuning your TMA kernel's settings", tune_tma)
 # run: the tensor cores, shared by every warp of the SM, never wait for an exponential. FlashAttention-3 and
 # cuDNN's Hopper kernels are built this way, and so are CUTLASS's ping-pong GEMMs.
 #
-# ![Three schedules of a FlashAttention key loop on one Hopper multiprocessor, as time lines: one group of warps that copies and computes and waits for its tiles; a producer warp group copying K and V while two consumer groups compute in step, so the tensor cores idle during both softmaxes; and ping-pong, where one consumer's softmax runs under the other's matrix products and the tensor cores stay busy.](figures/warp_schedules.svg)
+# ![](figures/warp_schedules.svg)
 #
 # **Persistent scheduling** launches one program per multiprocessor, each looping over many output tiles,
 # instead of one program per tile. It saves a launch and a prologue per tile and, with a producer group, lets
 # the next tile's loads start while the last tile's output is stored; it does not remove the tail of a partial
 # last wave, which the order of the tiles (longest first, as notebook 05's causal TMA kernel does) shortens.
 #
-# ![Tiles of output on four multiprocessors over time: one program per tile loads, loops, stores and exits before the next starts; a persistent program per multiprocessor loops over its tiles and loads the next tile's queries while it stores the last tile's output, with the same partial last wave.](figures/persistent_schedule.svg)
+# ![](figures/persistent_schedule.svg)
 #
 # **What upstream Triton lets you ask for.** In Triton 3.6 and 3.7 the one knob is a flag on a loop,
 # `for start in tl.range(0, end, BLOCK_N, warp_specialize=True)`: the compiler's Hopper pass splits that loop
