@@ -46,6 +46,7 @@ import tempfile
 from pathlib import Path
 
 from autograder import config as config_mod
+from autograder import runtime
 from autograder.classroom import compile_cache, leaderboard
 from autograder.classroom.course import (  # noqa: F401  (statuses and GradingStopped re-exported)
     CRASHED,
@@ -103,6 +104,9 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     cfg = _course_settings(course.grading_file, allow_public_seed, echo)
     course.results.mkdir(exist_ok=True)
     echo = _logging(echo, course.results / f"grade-class-{assignment}.log")
+    unmeasurable = None if cluster else unmeasurable_here(cfg, runtime.has_gpu())
+    if unmeasurable:  # said before anyone is graded: the instructor may stop and move to a GPU machine
+        echo(f"warning: {unmeasurable}")
     state_file = root / course.autograded / f".grade-class-{assignment}.json"
     state = json.loads(state_file.read_text()) if state_file.exists() and not force else {}
     # A cluster's nodes must see the workspaces: they go under the course folder (which the nodes share), in a
@@ -151,7 +155,18 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     similar = _similarity(course, assignment, students, out / f"similarity-{assignment}.html", echo,
                           similarity_threshold)
     exercise_ids = _leaderboard(course, assignment, students, state, cfg, anonymous, echo)
-    return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar, exercise_ids)
+    return _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar, exercise_ids,
+                      unmeasurable)
+
+
+def unmeasurable_here(cfg: config_mod.GradingConfig, gpu: bool) -> str | None:
+    """What the grading settings require that this machine cannot measure (said at the start and given as the
+    reason of the points it costs), or None."""
+    if cfg.require_performance and not gpu:
+        return ("this machine has no CUDA GPU and the grading settings require the GPU criteria "
+                "(require_performance = true): every performance cell, and the kernels cell of a compiled exercise, "
+                "scores 0 here; grade on a GPU machine, or set require_performance = false")
+    return None
 
 
 def _course_settings(grading_file: Path, allow_public_seed: bool, echo) -> config_mod.GradingConfig:
@@ -226,14 +241,16 @@ def _similarity(course: Course, assignment: str, students: list[str], report: Pa
 
 
 def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None,
-               exercise_ids=()) -> list[dict]:
+               exercise_ids=(), unmeasurable=None) -> list[dict]:
     scores, max_score = gradebook_scores(assignment, db_url)
     rows = []
     for student in students:
         entry = state[student]
         score = scores.get(student, 0.0) if entry["status"] in (GRADED, NOT_MEASURED) else 0.0
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
-                     "score": score, "max_score": max_score, "reason": entry["reason"],
+                     "score": score, "max_score": max_score,
+                     "reason": entry["reason"] or (unmeasurable if entry["status"] == GRADED and unmeasurable and
+                                                   score < max_score else ""),
                      "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, [])),
                      "fraction_of_peak": leaderboard.column(entry.get("performance", {}), list(exercise_ids))})
     csv_path.parent.mkdir(parents=True, exist_ok=True)
