@@ -4,10 +4,26 @@
 # A GPU machine whose Python already has a CUDA build of torch (and triton) keeps it with
 #   make lab PYTHON=/path/to/that/python SYSTEM_TORCH=1
 # which makes the venv see that Python's packages and installs everything else pinned.
+# Which build of torch: TORCH_INDEX=auto (the default) takes PyTorch's CPU build where no NVIDIA driver is
+# installed (no nvidia-smi), else PyPI's CUDA build; TORCH_INDEX=cpu or TORCH_INDEX=pypi chooses, and any other
+# value is a package index URL to take torch from. The CPU build is a fifth of the download (docs/students.md).
+# Linux only (WSL2 on Windows): triton publishes no wheel for macOS.
 
 PYTHON ?= python3
 VENV ?= .venv
 SYSTEM_TORCH ?= 0
+TORCH_INDEX ?= auto
+CPU_TORCH_INDEX := https://download.pytorch.org/whl/cpu
+ifeq ($(TORCH_INDEX),auto)
+TORCH_INDEX_URL := $(if $(shell command -v nvidia-smi 2>/dev/null),,$(CPU_TORCH_INDEX))
+else ifeq ($(TORCH_INDEX),cpu)
+TORCH_INDEX_URL := $(CPU_TORCH_INDEX)
+else ifeq ($(TORCH_INDEX),pypi)
+TORCH_INDEX_URL :=
+else
+TORCH_INDEX_URL := $(TORCH_INDEX)
+endif
+TORCH_PIN := $(shell grep -E '^torch==' constraints.txt)
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 BIN := $(VENV)/bin
@@ -23,6 +39,7 @@ endif
 .PHONY: lab test corpus course handout bench device check grade clean browser sandbox slurm screenshots docs
 
 $(STAMP): pyproject.toml constraints.txt
+	@if [ "$$(uname -s)" = Darwin ]; then echo "macOS is not supported: triton has no macOS wheel (use Linux, or WSL2 on Windows)"; exit 1; fi
 	@echo "==> creating $(VENV) with $(PYTHON)"
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -30,6 +47,10 @@ ifeq ($(SYSTEM_TORCH),1)
 	grep -v -E '^(torch|triton)==' constraints.txt > $(VENV)/constraints.txt
 else
 	cp constraints.txt $(VENV)/constraints.txt
+ifneq ($(TORCH_INDEX_URL),)
+	@echo "==> $(TORCH_PIN) from $(TORCH_INDEX_URL) (TORCH_INDEX=$(TORCH_INDEX); TORCH_INDEX=pypi takes PyPI's CUDA build)"
+	$(BIN)/python -m pip install --quiet --progress-bar off --retries 1 --no-deps --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)'
+endif
 endif
 	@echo "==> installing pinned packages (about a minute)"
 	$(BIN)/python -m pip install --quiet --progress-bar off -c $(VENV)/constraints.txt -e '.[course,test,docs]'

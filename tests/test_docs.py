@@ -75,12 +75,16 @@ def test_site_builds_strictly(root, tmp_path):
         cwd=root, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert (site / "index.html").is_file() and (site / "benchmarks" / "index.html").is_file()
+    assert (site / "index.html").is_file() and (site / "benchmarks.html").is_file()
     for nb in sorted(root.glob("course/[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
-        page = site / nb.relative_to(root).with_suffix("") / "index.html"
+        page = site / nb.relative_to(root).with_suffix(".html")
         assert page.is_file(), f"{nb.relative_to(root)} has no page in the site"
         assert diagrams_shown.not_shown(root, nb.stem, page.read_text()) == [], f"{nb.stem}: diagrams not shown"
     assert not (site / "hooks.py").exists()
+    # Opened from the disk (file://), a link must name a page, not a folder (which shows a directory listing).
+    links = re.findall(r'href="([^"#?]*)"', (site / "index.html").read_text())
+    local = [link for link in links if link and not re.match(r"[a-z]+:", link)]
+    assert "students.html" in local and not [link for link in local if link.endswith("/")], local
 
 
 def test_every_page_is_in_the_nav(root, config):
@@ -92,8 +96,9 @@ def test_every_page_is_in_the_nav(root, config):
     assert len(notebooks) == 8 and notebooks <= targets, f"notebooks missing from the nav: {notebooks - targets}"
 
 
-def test_site_goes_to_an_ignored_folder(root, config):
+def test_site_goes_to_an_ignored_folder_and_opens_from_the_disk(root, config):
     assert config["docs_dir"] == "docs" and config["site_dir"] == "build/site"
+    assert config["use_directory_urls"] is False  # build/site/index.html's links then name pages, not folders
     assert "build/" in (root / ".gitignore").read_text().split()
 
 

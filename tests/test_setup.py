@@ -76,3 +76,46 @@ def test_readme_gives_the_two_commands_first(root):
     first_code = text.index("```")
     block = text[first_code : text.index("```", first_code + 3)]
     assert "make lab" in block and "make test" in block
+
+
+def _dry_run(root, tmp_path, path_dirs, *args):
+    """The commands `make` would run to build a fresh venv in tmp_path (make -n: nothing is run)."""
+    import os
+    import shutil
+    import subprocess
+
+    bin_dirs = [str(d) for d in path_dirs] + [os.path.dirname(shutil.which("make")), "/usr/bin", "/bin"]
+    env = dict(os.environ, PATH=os.pathsep.join(bin_dirs))
+    venv = tmp_path / "venv"
+    stamp = f"{venv}/.installed-{1 if 'SYSTEM_TORCH=1' in args else 0}"
+    out = subprocess.run(["make", "-n", f"VENV={venv}", *args, stamp], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+CPU_INDEX = "--index-url https://download.pytorch.org/whl/cpu 'torch==2.13.0'"
+
+
+def test_without_an_nvidia_driver_make_takes_torchs_cpu_build(root, tmp_path):
+    assert CPU_INDEX in _dry_run(root, tmp_path, [])
+    fake = tmp_path / "driver"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    with_driver = _dry_run(root, tmp_path, [fake])
+    assert "--index-url" not in with_driver and "-c " in with_driver  # PyPI's CUDA build, pinned
+    assert CPU_INDEX in _dry_run(root, tmp_path, [fake], "TORCH_INDEX=cpu")
+    assert "--index-url" not in _dry_run(root, tmp_path, [], "TORCH_INDEX=pypi")
+    other = "https://example.org/simple"
+    assert f"--index-url {other}" in _dry_run(root, tmp_path, [], f"TORCH_INDEX={other}")
+    assert "--index-url" not in _dry_run(root, tmp_path, [], "SYSTEM_TORCH=1")  # the system's torch is kept
+
+
+def test_the_docs_say_linux_and_why_not_macos(root):
+    for page in ("README.md", "docs/index.md", "docs/students.md"):
+        text = " ".join((root / page).read_text().split())
+        assert "Linux or macOS" not in text, page
+        assert "WSL2" in text and "macOS is not supported" in text, page
+    students = (root / "docs" / "students.md").read_text()
+    assert "download.pytorch.org/whl/cpu" in students and "--only" in students
