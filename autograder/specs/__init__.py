@@ -10,6 +10,7 @@ from autograder.specs.exercise import Exercise
 _MODULES = (
     "hbm_cost_model",
     "vertical_fusion",
+    "fused_dropout",
     "horizontal_fusion",
     "gemm_epilogue_fusion",
     "lora",

@@ -145,6 +145,9 @@ class KernelExercise(Exercise):
     outputs_share_storage: bool = False  # the outputs must be views of one buffer (e.g. Q, K, V of one GEMM)
     # (bug name, reference computing the wrong formula): named when an output matches one of them.
     diagnoses: tuple = ()
+    # A dropout drawn in the kernel (inputs p and seed, outputs (out, h), h = x + dropout(y)): correctness also checks
+    # the mask at these drop probabilities (kept fraction, rows and seeds drawing apart: criteria/keep_mask.py).
+    keep_rates: tuple[float, ...] = ()
 
     def args(self, inputs: dict) -> tuple:
         return tuple(inputs.values())

@@ -10,107 +10,21 @@ import torch
 
 from autograder.guard.watch import to_device_keeping_layout
 from autograder.specs.exercise import KernelExercise, NumericExercise, Shape
-
-# ---------------------------------------------------------------- the torch side: rmsnorm
-# The torch side of rmsnorm: what grading needs and a student may see (the float64
-# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
-# kernel is in kernels/rmsnorm.py, which imports these; the grader never imports it.
-
-def rmsnorm_eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Unfused, 3 full-size kernels (~5|x|): the norm of each row, x * rstd, * weight."""
-    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
-    rstd = torch.rsqrt(norm.square() / x.shape[-1] + eps)
-    return (x * rstd.to(x.dtype)) * weight
-
-
-def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xd = x.double()
-    return xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps) * weight.double()
-
-
-def rmsnorm_bytes(x: torch.Tensor, weight: torch.Tensor, eps: float = 0.0) -> int:
-    """Read x and weight once, write y once."""
-    return 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
-
-
-def sqrt_fit(h, err) -> float:
-    """Least-squares c in err ~ c * sqrt(h) (for the precision plot)."""
-    num = sum(e * math.sqrt(v) for v, e in zip(h, err))
-    return num / sum(h)
-
-
-# ---------------------------------------------------------------- the torch side: add_rmsnorm
-# The torch side of add rmsnorm: what grading needs and a student may see (the float64
-# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
-# kernel is in kernels/add_rmsnorm.py, which imports these; the grader never imports it.
-
-def add_rmsnorm_eager(x, residual, weight, eps):
-    s = x + residual
-    return rmsnorm_eager(s, weight, eps), s
-
-
-def add_rmsnorm_reference(x, residual, weight, eps):
-    # The new residual as the storage dtype holds it; the norm of that value, exactly.
-    s = (x.double() + residual.double()).to(x.dtype).double()
-    y = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + eps) * weight.double()
-    return y, s
-
-
-def add_rmsnorm_bytes(x, residual, weight, eps=0.0) -> int:
-    """Read x and residual, write y and the new residual (weight is negligible but counted)."""
-    return 4 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
-
-
-# ---------------------------------------------------------------- the torch side: layernorm
-# The torch side of layernorm: what grading needs and a student may see (the float64
-# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
-# kernel is in kernels/layernorm.py, which imports these; the grader never imports it.
-
-def layernorm_eager(x, weight, bias, eps):
-    """Unfused: mean, centre, variance, normalise, scale, shift as separate kernels."""
-    mean = x.float().mean(-1, keepdim=True)
-    xc = x.float() - mean
-    var = xc.square().mean(-1, keepdim=True)
-    return ((xc * torch.rsqrt(var + eps)).to(x.dtype) * weight + bias)
-
-
-def layernorm_reference(x, weight, bias, eps):
-    xd = x.double()
-    mean = xd.mean(-1, keepdim=True)
-    var = (xd - mean).square().mean(-1, keepdim=True)
-    return (xd - mean) * torch.rsqrt(var + eps) * weight.double() + bias.double()
-
-
-def layernorm_bytes(x, weight, bias, eps=0.0) -> int:
-    return 2 * x.numel() * x.element_size() + 2 * weight.numel() * weight.element_size()
-
-
-# ---------------------------------------------------------------- the torch side: rmsnorm_backward
-# The torch side of rmsnorm backward: what grading needs and a student may see (the float64
-# reference, the unfused eager version, the bytes and flops an implementation must move). The Triton
-# kernel is in kernels/rmsnorm_backward.py, which imports these; the grader never imports it.
-
-def rmsnorm_backward_eager(x, weight, dy, eps):
-    """What autograd does for the eager RMSNorm: many kernels."""
-    xr = x.detach().requires_grad_()
-    wr = weight.detach().requires_grad_()
-    xf = xr.float()
-    y = (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype) * wr
-    y.backward(dy)
-    return xr.grad, wr.grad
-
-
-def rmsnorm_backward_reference(x, weight, dy, eps):
-    """Float64 autograd through the reference forward."""
-    xd = x.detach().double().requires_grad_()
-    wd = weight.detach().double().requires_grad_()
-    rmsnorm_reference(xd, wd, eps).backward(dy.double())
-    return xd.grad, wd.grad
-
-
-def rmsnorm_backward_bytes(x, weight, dy, eps=0.0) -> int:
-    """Read x and dy, write dx; weight and dweight once each."""
-    return 3 * x.numel() * x.element_size() + 2 * weight.numel() * weight.element_size()
+from autograder.specs.vertical_torch import (  # noqa: F401  re-exported: notebooks and kernels/ import them from here
+    rmsnorm_eager,
+    rmsnorm_reference,
+    rmsnorm_bytes,
+    sqrt_fit,
+    add_rmsnorm_eager,
+    add_rmsnorm_reference,
+    add_rmsnorm_bytes,
+    layernorm_eager,
+    layernorm_reference,
+    layernorm_bytes,
+    rmsnorm_backward_eager,
+    rmsnorm_backward_reference,
+    rmsnorm_backward_bytes,
+)
 
 
 # ---------------------------------------------------------------- the exercises
@@ -161,11 +75,63 @@ PREDICT_RMSNORM_BYTES = NumericExercise(
     reference=predicted_rmsnorm_bytes_reference,
     diagnose=_diagnose_predict,
 )
+# (b) Predict each kernel's bytes before timing it: the model its measurement is drawn against -------------
+
+def _count_cases(rng):
+    cases = [(32768, 4096, 2), (1, 4096, 2), (3, 5, 4)]
+    for _ in range(5):
+        cases.append((rng.randint(1, 100_000), rng.randint(1, 16384), rng.choice((1, 2, 4))))
+    return cases
+
+
+def bytes_prediction(op: str, what: str, full: int, rows_of_weight: int, summary: str) -> NumericExercise:
+    """A graded prediction of the bytes one fused kernel moves: `full` trips of x-sized tensors and
+    `rows_of_weight` trips of one-row tensors (weights, biases, their gradients)."""
+
+    def reference(rows: int, cols: int, elem_bytes: int) -> int:
+        return (full * rows + rows_of_weight) * cols * elem_bytes
+
+    def diagnose(args, got, expected):
+        rows, cols, elem_bytes = args
+        got = got[0]
+        if math.isclose(got * elem_bytes, expected[0], rel_tol=1e-9) and elem_bytes != 1:
+            return "these are elements, not bytes: multiply by elem_bytes"
+        if math.isclose(got, full * rows * cols * elem_bytes, rel_tol=1e-9) and rows_of_weight:
+            return f"count the one-row tensors too ({rows_of_weight} trip(s) of H values): small, but HBM traffic"
+        trips = got / (rows * cols * elem_bytes)
+        return f"that is about {trips:.2f} trips of an x-sized tensor; {what}"
+
+    reference.__doc__ = f"HBM bytes of the fused {op}: {what}."
+    return NumericExercise(
+        id=f"02.predict_{op}_bytes",
+        notebook=NOTEBOOK,
+        function=f"predicted_{op}_bytes",
+        signature=f"predicted_{op}_bytes(rows, cols, elem_bytes) -> int",
+        summary=summary,
+        criteria=("correctness",),
+        cases=_count_cases,
+        reference=reference,
+        diagnose=diagnose,
+    )
+
+
+PREDICT_ADD = bytes_prediction("add_rmsnorm", "read x and residual, write normed and the new residual; read weight",
+                               4, 1, "Predict the bytes of fused add + RMSNorm before timing it.")
+PREDICT_LAYERNORM = bytes_prediction("layernorm", "read x, write y; read weight and bias", 2, 2,
+                                     "Predict the bytes of fused LayerNorm before timing it.")
+PREDICT_REPAIR = bytes_prediction("repair", "the two-pass kernel reads x twice (every read missing the cache) and "
+                                  "writes y; read weight", 3, 1,
+                                  "Predict the bytes of the repaired two-pass RMSNorm, every read from HBM.")
+PREDICT_BACKWARD = bytes_prediction("backward", "read x and dy, write dx; read weight, write dweight (the small "
+                                    "partial sums left out)", 3, 2,
+                                    "Predict the bytes of RMSNorm's backward before timing it.")
+
+
 EPS = 1e-5
 LN_OFFSET = 300.0  # the mean that makes E[x^2] - E[x]^2 cancel in fp32
 
 
-def _rows(shape: Shape, dtype, gen) -> torch.Tensor:
+def norm_rows(shape: Shape, dtype, gen) -> torch.Tensor:
     """(M, H) rows on the CPU whose scales span 1e-3 .. 10, so that eps matters in some rows.
 
     layout "padded": each row sits in a wider buffer (row stride > H); "offset": rows centred on LN_OFFSET.
@@ -182,33 +148,34 @@ def _rows(shape: Shape, dtype, gen) -> torch.Tensor:
     return base.to(dtype)[:, :h]
 
 
-def _weight(h, dtype, gen, around=1.0):
+def norm_weight(h, dtype, gen, around=1.0):
     return (around + 0.5 * torch.randn(h, generator=gen)).to(dtype)
 
 
 def _norm_inputs(shape, dtype, device, gen):
-    x = _rows(shape, dtype, gen)
-    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
+    x = norm_rows(shape, dtype, gen)
+    return {"x": to_device_keeping_layout(x, device), "weight": norm_weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
 
 
 def _add_norm_inputs(shape, dtype, device, gen):
-    x = _rows(shape, dtype, gen)
-    residual = _rows(Shape(shape.dims, shape.layout), dtype, gen)
+    x = norm_rows(shape, dtype, gen)
+    residual = norm_rows(Shape(shape.dims, shape.layout), dtype, gen)
     return {"x": to_device_keeping_layout(x, device), "residual": to_device_keeping_layout(residual, device),
-            "weight": _weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
+            "weight": norm_weight(x.shape[1], dtype, gen).to(device), "eps": EPS}
 
 
 def _ln_inputs(shape, dtype, device, gen):
-    x = _rows(shape, dtype, gen)
+    x = norm_rows(shape, dtype, gen)
     h = x.shape[1]
-    return {"x": to_device_keeping_layout(x, device), "weight": _weight(h, dtype, gen).to(device),
+    return {"x": to_device_keeping_layout(x, device), "weight": norm_weight(h, dtype, gen).to(device),
             "bias": (0.5 * torch.randn(h, generator=gen)).to(dtype).to(device), "eps": EPS}
 
 
 def _bwd_inputs(shape, dtype, device, gen):
-    x = _rows(shape, dtype, gen)
+    x = norm_rows(shape, dtype, gen)
     dy = torch.randn(x.shape, generator=gen).to(dtype)
-    return {"x": to_device_keeping_layout(x, device), "weight": _weight(x.shape[1], dtype, gen).to(device), "dy": dy.to(device), "eps": EPS}
+    return {"x": to_device_keeping_layout(x, device), "weight": norm_weight(x.shape[1], dtype, gen).to(device),
+            "dy": dy.to(device), "eps": EPS}
 
 
 # Wrong formulas the grader recognises, each named in the feedback.
@@ -425,4 +392,5 @@ RMSNORM_BACKWARD = KernelExercise(
     special_values=False,
 )
 
-EXERCISES = (PREDICT_RMSNORM_BYTES, RMSNORM, ADD_RMSNORM, LAYERNORM, RMSNORM_REPAIR, RMSNORM_BACKWARD)
+EXERCISES = (PREDICT_RMSNORM_BYTES, RMSNORM, PREDICT_ADD, ADD_RMSNORM, PREDICT_LAYERNORM, LAYERNORM, PREDICT_REPAIR,
+             RMSNORM_REPAIR, PREDICT_BACKWARD, RMSNORM_BACKWARD)

@@ -24,17 +24,20 @@
 # 4. watch a low-precision accumulator's error grow like `√H`, next to your kernel's flat fp32 one;
 # 5. write fused **RMSNorm**, **add + RMSNorm** and **LayerNorm** kernels, **repair** a kernel with a
 #    precision bug, and (stretch) write RMSNorm's **backward** pass, all graded on correctness, precision,
-#    measured bandwidth and fusion.
+#    measured bandwidth and fusion, each timed against the bytes you predicted for it;
+# 6. see why a single token's RMSNorm (the decode shape) is all launch overhead, and how a CUDA graph removes it;
+# 7. fuse **dropout** into add + RMSNorm, its mask drawn in the kernel from a seed and never stored.
 #
 # | exercise | time | difficulty | points |
 # |---|---|---|---|
 # | 02.predict_rmsnorm_bytes | 10 min | ★☆☆ | 2 |
 # | 02.rmsnorm | 45 min | ★★☆ | 10 |
-# | 02.add_rmsnorm | 20 min | ★☆☆ | 7 |
-# | 02.layernorm | 45 min | ★★☆ | 10 |
-# | 02.rmsnorm_repair | 20 min | ★☆☆ | 5 |
-# | 02.rmsnorm_backward (stretch) | 90 min | ★★★ | 12 |
-# | two written questions | 15 min | ★☆☆ | 2 |
+# | 02.add_rmsnorm (and its byte prediction) | 25 min | ★☆☆ | 7 + 1 |
+# | 02.layernorm (and its byte prediction) | 50 min | ★★☆ | 10 + 1 |
+# | 02.rmsnorm_repair (and its byte prediction) | 25 min | ★☆☆ | 5 + 1 |
+# | 02.rmsnorm_backward (stretch; and its byte prediction) | 95 min | ★★★ | 12 + 1 |
+# | 02.dropout_add_rmsnorm (and its byte prediction) | 45 min | ★★☆ | 8 + 1 |
+# | seven written questions | 45 min | ★☆☆ | 7 |
 #
 # Without a GPU, kernels run in Triton's interpreter: graded for correctness there, not for speed.
 
@@ -47,6 +50,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
+from autograder.specs import fused_dropout as drop_ops
 from autograder.specs import vertical_fusion as ln_ops
 from autograder.specs import vertical_fusion as rms_ops
 from autograder.teach.plots import bars_against_model, peaks, print_against_model
@@ -108,8 +112,19 @@ DEVICE = runtime.device()
 # element, as three integers. Count only tensors of `x`'s size (the weight is one row: negligible), and assume
 # every read misses the cache.
 #
-# **Hints** *(optional)*. Write `|x| = rows · cols · elem_bytes` first; each version is a small multiple of it.
-# Count the trips of x-sized tensors kernel by kernel, reads and writes alike.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Write `|x| = rows · cols · elem_bytes` first: each version is a small multiple of it.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Go down the table kernel by kernel and count the x-sized tensors each one reads and writes: a read and a
+# write are one trip each. Sum the trips per version and return three integers, `(eager, two_pass, one_pass)`.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.predict_rmsnorm_bytes -->
@@ -136,10 +151,33 @@ check("02.predict_rmsnorm_bytes", predicted_rmsnorm_bytes).assert_passed("correc
 # weight`, computed by **one** kernel launch: one program per row, the row held in registers (one read of `x`,
 # one write of `y`), the statistic in float32.
 #
-# **Hints** *(optional)*. `BLOCK_H = triton.next_power_of_2(H)` covers the row; mask the tail `cols < H` on the
-# load, and load with `other=0.0` so the padding lanes add nothing to the sum of squares (but divide by `H`,
-# not by `BLOCK_H`). `tl.sum(v, axis=0)` reduces a block to a scalar. Speed: about 16 values a thread is a good
-# start, `num_warps = BLOCK_H // 512` (at least 1, at most 16).
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# One program owns one row and holds all of it at once: a block as wide as the row, rounded up to a power of
+# two, with the lanes past `H` switched off by a mask.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `BLOCK_H = triton.next_power_of_2(H)` covers the row. In the kernel: the row index, `cols = tl.arange(0,
+# BLOCK_H)` and `mask = cols < H`; one masked load of the row, upcast to float32; `tl.sum(v, axis=0)` reduces a
+# block to a scalar; then one masked load of the weight and one masked store.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Load with `other=0.0` so the padding lanes add nothing to the sum of squares, but divide by `H`, not by
+# `BLOCK_H`. Make the row index int64 (`tl.program_id(0).to(tl.int64)`) before multiplying by the stride, pass
+# `x.stride(0)` and `y.stride(0)` separately, and cast to `y_ptr.dtype.element_ty` at the store.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# About 16 values a thread is a good start: `num_warps = BLOCK_H // 512`, at least 1 and at most 16.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.rmsnorm -->
@@ -226,21 +264,43 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
 # draws each time against its prediction (a dashed tick). Without a GPU it draws the predictions alone; until
 # your kernel runs, it is left out and the cell says so.
 
+# %% nbgrader={"grade": false, "grade_id": "measure-helper", "locked": true, "schema_version": 3, "solution": false}
+def time_against_model(versions: dict, model_bytes: dict, n_bytes: float, title: str, size: str) -> dict:
+    """Time each version (a name -> a function of no arguments) on this GPU and draw its time against the model,
+    bytes / copy bandwidth, for the versions model_bytes gives bytes for; print each one's effective bandwidth
+    over n_bytes, the op's fewest bytes. Without a GPU nothing is timed (the interpreter's times say nothing
+    about a GPU): the model alone is drawn, and the title says so. Returns {name: measured ms}."""
+    bw, _, label = peaks(profile)
+    model_ms = {name: b / (bw * 1e6) for name, b in model_bytes.items()}
+    measured = bench_versions(versions, desc=f"timing {title}") if ON_GPU else {}
+    if not ON_GPU:
+        print(f"No GPU here: {title} is not timed (Triton's interpreter runs on the CPU); the bars are the model only.")
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.45 * max(len(measured), len(model_ms))))
+    names = bars_against_model(ax, measured, model_ms, f"ms ({size})", f"{title}, {label}", ON_GPU)
+    plt.show()
+    print_against_model(names, measured, model_ms, n_bytes, bw)
+    return measured
+
+
+def your_prediction(predict, exercise, *args) -> int:
+    """predict(), your prediction; while it is not written yet, the grader's model for it (the line says so)."""
+    try:
+        return predict()
+    except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
+        if not not_written(exc):
+            raise
+        print(f"{exercise.function} is not written yet: the grader's model stands in for it")
+        return exercise.reference(*args)
+
+
+M, H, EPS = 32768, 4096, 1e-5  # the training shape every measurement below uses, in bf16
+
 # %% nbgrader={"grade": false, "grade_id": "rms3-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-bw_gbps, _, peak_label = peaks(profile)
-M, H, EPS = 32768, 4096, 1e-5
 x_bytes = M * H * 2
-try:
-    predicted_bytes = predicted_rmsnorm_bytes(M, H, 2)
-except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
-    if not not_written(exc):
-        raise
-    print("predicted_rmsnorm_bytes is not written yet: the grader's model stands in for it")
-    predicted_bytes = rms_ops.predicted_rmsnorm_bytes_reference(M, H, 2)
+predicted_bytes = your_prediction(lambda: predicted_rmsnorm_bytes(M, H, 2), rms_ops.PREDICT_RMSNORM_BYTES, M, H, 2)
 labels = ("eager (3 kernels)", "two-pass Triton", "your one-pass kernel")
-predicted_ms = {name: n / (bw_gbps * 1e6) for name, n in zip(labels, predicted_bytes)}
-measured_ms = {}
+versions = {}
 if ON_GPU:
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
@@ -248,17 +308,13 @@ if ON_GPU:
     versions = {
         "eager (3 kernels)": lambda: rms_ops.rmsnorm_eager(x, w, EPS),
         "two-pass Triton": lambda: rmsnorm_variants.rmsnorm_two_pass(x, w, EPS),
-        "your one-pass kernel": lambda: rmsnorm(x, w, EPS),
+        "your one-pass kernel": lambda: rmsnorm(x, w, EPS),  # left out until it is written
         "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (H,), w, EPS),
         "torch.compile": lambda: compiled(x, w, EPS),
     }
-    measured_ms = bench_versions(versions, desc="timing RMSNorm")  # leaves out yours until it is written
-    del x
-
-fig, ax = plt.subplots(figsize=(8, 4))
-names = bars_against_model(ax, measured_ms, predicted_ms, "ms (32768 x 4096 bf16)", f"RMSNorm, {peak_label}", ON_GPU)
-plt.show()
-print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
+time_against_model(versions, dict(zip(labels, predicted_bytes)), 2 * x_bytes, "RMSNorm", "32768 x 4096 bf16")
+versions.clear()
+x = None  # its 256 MiB go back before the next measurement
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "rms3-discuss", "locked": true, "schema_version": 3, "solution": false}
 # What to look for: your one-pass kernel should land close to its line, at the copy bandwidth; if it sits
@@ -279,6 +335,70 @@ print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
 # a cache can only make things better. With 64 KiB rows and many programs in flight on a small L2, rows are
 # evicted before the second read and the kernel moves toward its 3|x| line.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "decode-md", "locked": true, "schema_version": 3, "solution": false}
+# ### The decode shape: 1 × 4096
+#
+# Training normalises 32768 rows at a time; a model generating text normalises **one** token's row per step.
+# At 1 × 4096 in bf16 the kernel moves 24 KiB: at a few TB/s that is about ten **nano**seconds of HBM traffic.
+# But every launch from Python costs the host **micro**seconds (notebook 01's cost model has it as a term of its
+# own, `launch`), and the GPU sits idle while the next launch is prepared. The model for one call is then
+# `launches · launch + bytes / bandwidth`, and the first term is a thousand times the second.
+#
+# The cure is to stop launching from Python: record the calls once in a **CUDA graph** (`torch.cuda.CUDAGraph`),
+# then **replay** the graph; a replay hands the GPU the whole recorded sequence at once. The cell below times
+# your kernel and eager PyTorch at the decode shape as plain calls and as graph replays (wall-clock time a call,
+# the GPU synchronised, so that the host's cost counts), next to the model with and without the launch term.
+
+# %% nbgrader={"grade": false, "grade_id": "decode", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+from autograder.measure.timing import cuda_graph, synced_ms
+from autograder.teach.plots import launch_seconds
+
+
+def replayed(fn):
+    """fn recorded in a CUDA graph at its first call (so that an unwritten exercise is found as such), then
+    replayed."""
+    graph = []
+
+    def call():
+        if not graph:
+            graph.append(cuda_graph(fn))
+        return graph[0]()
+    return call
+
+
+bw_gbps, _, peak_label = peaks(profile)
+decode_bytes = 2 * 4096 * 2 + 4096 * 2  # read x and w, write y: 24 KiB
+bytes_us, launch_us = decode_bytes / (bw_gbps * 1e3), launch_seconds(profile) * 1e6
+print(f"the bytes: {bytes_us * 1e3:.0f} ns at {bw_gbps:.0f} GB/s; one launch: {launch_us:.1f} us ({peak_label})")
+model_us = {"your kernel, plain calls": launch_us + bytes_us, "your kernel, graph replay": bytes_us,
+            "eager (3 kernels), plain calls": 3 * launch_us + 2.5 * bytes_us, "eager (3 kernels), graph replay": 2.5 * bytes_us}
+if ON_GPU:
+    x1 = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    w1 = 1 + 0.1 * torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    versions = {
+        "your kernel, plain calls": lambda: rmsnorm(x1, w1, EPS),
+        "your kernel, graph replay": replayed(lambda: rmsnorm(x1, w1, EPS)),
+        "eager (3 kernels), plain calls": lambda: rms_ops.rmsnorm_eager(x1, w1, EPS),
+        "eager (3 kernels), graph replay": replayed(lambda: rms_ops.rmsnorm_eager(x1, w1, EPS)),
+    }
+    decode_us = {k: 1e3 * ms for k, ms in bench_versions(versions, desc="timing 1 x 4096", bench=synced_ms).items()}
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    bars_against_model(ax, decode_us, model_us, "microseconds a call (1 x 4096 bf16)", f"RMSNorm at decode, {peak_label}",
+                       ON_GPU)
+    plt.show()
+    for name, us in decode_us.items():
+        print(f"{name:<34} {us:6.1f} us a call   model {model_us[name]:6.2f} us")
+else:
+    print("No GPU here: the decode shape is about the cost of launching GPU kernels from Python, which Triton's "
+          "interpreter does not have; nothing is timed or drawn.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "decode-discuss", "locked": true, "schema_version": 3, "solution": false}
+# What to look for: the plain calls sit near the launch term, whatever the kernel does, and eager's three kernels
+# pay it three times; the replays drop to a few microseconds, the floor a GPU needs to start a graph and run its
+# kernels, still far above the nanoseconds of traffic. At the decode shape a fused kernel wins by the launches it
+# removes, not the bytes; a whole decoder layer captured in one graph (notebook 07) removes the rest.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "add-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 3. Residual add + RMSNorm
 #
@@ -286,7 +406,42 @@ print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
 # `rmsnorm(s)`. Both `s` (the new residual stream) and the normalised output are needed later. Unfused that is
 # an add (read 2, write 1) and an RMSNorm (≈ 5): about `8|x|`. Fused: read `x` and `residual`, write the
 # normalised output and `s`: `4|x|`, the floor, since both outputs must exist.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-add_rmsnorm-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.predict_add_rmsnorm_bytes · Predict add + RMSNorm's traffic   (about 5 min · ★☆☆)
 #
+# **Spec.** `predicted_add_rmsnorm_bytes(rows, cols, elem_bytes) -> int`: the fewest bytes your fused `add_rmsnorm` moves through HBM for `x` of shape `(rows, cols)` with `elem_bytes` bytes an element. Count every tensor the kernel reads or writes once, the
+# one-row ones included, as an integer number of bytes. The measurement below draws your kernel's time against
+# `bytes / copy bandwidth`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Which tensors must come in from HBM, and which must go out? Each crosses once.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# An x-sized tensor is `rows · cols · elem_bytes` bytes, the weight `cols · elem_bytes`. Two come in at full size and two go out; add the weight.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.predict_add_rmsnorm_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_add_rmsnorm_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_add_rmsnorm_bytes(rows: int, cols: int, elem_bytes: int) -> int:
+    """HBM bytes of the fused add + RMSNorm for x (rows, cols), weight included."""
+    ### BEGIN SOLUTION
+    return (4 * rows + 1) * cols * elem_bytes  # read x, residual; write normed, new residual; read weight
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_add_rmsnorm_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("02.predict_add_rmsnorm_bytes", predicted_add_rmsnorm_bytes).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "add-card-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 02.add_rmsnorm · Residual add + RMSNorm in one kernel   (about 20 min · ★☆☆)
 #
 # **Spec.** `add_rmsnorm(x, residual, weight, eps) -> (normed, new_residual)`: `x` and `residual` of shape
@@ -294,9 +449,32 @@ print_against_model(names, measured_ms, predicted_ms, 2 * x_bytes, bw_gbps)
 # Returns two new `(M, H)` tensors of `x`'s dtype: `new_residual = x + residual` and `normed =
 # rmsnorm(new_residual, weight, eps)`, from **one** kernel launch.
 #
-# **Hints** *(optional)*. Store `s` in the input dtype and normalise **the value you stored** (cast it down,
-# then back up to float32), so that `normed` is exactly the RMSNorm of the residual the next layer will read.
-# Your `rmsnorm` kernel is most of the answer.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Your `rmsnorm` kernel is most of the answer: one more load before the statistic, one more store.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Load `x` and `residual` (masked), add them in float32, round the sum to the storage dtype and store it as the
+# new residual; then upcast that stored value and carry on exactly as in `rmsnorm`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Normalise **the value you stored** (cast down, then back up to float32), not the float32 sum: in fp16 and bf16
+# they differ, and `normed` must be the RMSNorm of the residual the next layer will read. Four tensors, four row
+# strides.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# The launch settings of `rmsnorm` carry over; 32 values a thread (`num_warps = BLOCK_H // 1024`) measured best
+# at H = 4096 with two tensors in flight.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.add_rmsnorm -->
@@ -339,13 +517,48 @@ check("02.add_rmsnorm", add_rmsnorm, criteria=["performance"]).assert_passed("pe
 # %% nbgrader={"grade": true, "grade_id": "test_add_rmsnorm_fusion", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 check("02.add_rmsnorm", add_rmsnorm, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "add-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your add + RMSNorm against your prediction
+#
+# The cell below times your `add_rmsnorm` at 32768 × 4096 in bf16 next to eager PyTorch (an add, then the
+# three-kernel RMSNorm) and `torch.compile` of the same, and draws your kernel against your byte count and eager
+# against its `8|x|`.
+
+# %% nbgrader={"grade": false, "grade_id": "add-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+add_bytes = your_prediction(lambda: predicted_add_rmsnorm_bytes(M, H, 2), rms_ops.PREDICT_ADD, M, H, 2)
+versions = {}
+if ON_GPU:
+    x, r = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
+    w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    compiled = runtime.demo_compile(rms_ops.add_rmsnorm_eager)
+    versions = {
+        "eager (add + 3 kernels)": lambda: rms_ops.add_rmsnorm_eager(x, r, w, EPS),
+        "your add_rmsnorm": lambda: add_rmsnorm(x, r, w, EPS),
+        "torch.compile": lambda: compiled(x, r, w, EPS),
+    }
+time_against_model(versions, {"your add_rmsnorm": add_bytes, "eager (add + 3 kernels)": 8 * M * H * 2}, 4 * M * H * 2, "add + RMSNorm", "32768 x 4096 bf16")
+versions.clear()
+x = None  # the benchmark's tensors go back before the next measurement
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-add-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** Your fused kernel writes the new residual `s` to HBM although the next line of the
+# model could recompute it from `x` and `residual`. Why is storing it the right call, in bytes, for a transformer
+# block? Which of the `4|x|` could a kernel drop if the residual stream were not needed again? (Two or three
+# sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-add", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# The next block needs `s` as its residual input and the backward pass needs it too: recomputing it later
+# would read `x` and `residual` again (2|x|) to save one write (1|x|), a loss. Only if nothing read `s` again, the
+# last layer's residual say, could the kernel skip that write and move 3|x|.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ln-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 4. LayerNorm, and a formula that cancels
 #
 # LayerNorm needs two statistics of each row, the mean and the variance:
 # `y = (x − mean) / sqrt(var + eps) · w + b`. The tempting one-pass formula
 # `var = E[x²] − E[x]²` subtracts two large, nearly equal numbers when the mean is large compared with the
-# spread. fp32 carries about 7 significant digits: for a row with mean 300 and standard deviation 1,
+# spread. fp32 carries 24 significant bits, about 7 decimal digits: for a row with mean 300 and standard deviation 1,
 # `E[x²] ≈ 90001` and `E[x]² ≈ 90000`, and the variance is left with the last couple of digits of each.
 #
 # Fusion does not force that formula on us. The row is already in registers, so take the mean first and
@@ -395,6 +608,40 @@ plot_ln_errors(ln_curves)
 for off, a, c in zip(offsets, naive_err, centred_err):
     print(f"mean {off:>5}: E[x²] − E[x]² {a:.1e}   centred first {c:.1e}")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-layernorm-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.predict_layernorm_bytes · Predict LayerNorm's traffic   (about 5 min · ★☆☆)
+#
+# **Spec.** `predicted_layernorm_bytes(rows, cols, elem_bytes) -> int`: the fewest bytes your fused `layernorm` moves through HBM for `x` of shape `(rows, cols)` with `elem_bytes` bytes an element. Count every tensor the kernel reads or writes once, the
+# one-row ones included, as an integer number of bytes. The measurement below draws your kernel's time against
+# `bytes / copy bandwidth`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Two statistics do not mean two reads when the row stays in registers.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Count `x` in and `y` out at `rows · cols · elem_bytes` each, then the two one-row parameters at `cols · elem_bytes` each.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.predict_layernorm_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_layernorm_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_layernorm_bytes(rows: int, cols: int, elem_bytes: int) -> int:
+    """HBM bytes of the fused LayerNorm for x (rows, cols), weight and bias included."""
+    ### BEGIN SOLUTION
+    return (2 * rows + 2) * cols * elem_bytes  # read x, write y; read weight and bias
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_layernorm_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("02.predict_layernorm_bytes", predicted_layernorm_bytes).assert_passed("correctness")
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ln-ex-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 02.layernorm · LayerNorm in one kernel   (about 45 min · ★★☆)
 #
@@ -404,9 +651,33 @@ for off, a, c in zip(offsets, naive_err, centred_err):
 # `torch.nn.functional.layer_norm` does), from one launch: both statistics from the row held in registers.
 # The grader feeds it rows centred on 300 with a spread of 1: the statistics must keep their precision there.
 #
-# **Hints** *(optional)*. Mean first, then the variance of the centred values; the padding lanes past `H` must
-# be zeroed (`tl.where(mask, ...)`) after centring, or each adds `mean²` to the variance. Even better: subtract
-# one element of the row (read with a scalar `tl.load` of the row's start) from every value before both sums.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The row is in registers: take the mean first and the variance of the centred values second, still one read
+# of `x`.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `mean = tl.sum(x, axis=0) / H`; centre, zero the padding lanes, `var = tl.sum(xc * xc, axis=0) / H`;
+# `rstd = 1 / sqrt(var + eps)`; then `xc * rstd * w + b`, cast and stored with the mask.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# After centring, the padding lanes hold `−mean`: zero them with `tl.where(mask, x − mean, 0.0)` or each adds
+# `mean²` to the variance. Better still: subtract one element of the row (a scalar `tl.load` of the row's start)
+# from every value before both sums; it is exact for values this close together.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# The same launch settings as `rmsnorm`; the scalar load of the row's first element is cheaper than picking it
+# out of the loaded block with a reduction.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.layernorm -->
@@ -445,10 +716,47 @@ check("02.layernorm", layernorm, criteria=["performance"]).assert_passed("perfor
 # %% nbgrader={"grade": true, "grade_id": "test_layernorm_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("02.layernorm", layernorm, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "ln-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your LayerNorm against your prediction
+#
+# Timed at 32768 × 4096 in bf16: your `layernorm`, the unfused eager version (mean, centre, variance, normalise,
+# scale, shift), `F.layer_norm` and `torch.compile`; your kernel against your byte count.
+
+# %% nbgrader={"grade": false, "grade_id": "ln-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+ln_bytes = your_prediction(lambda: predicted_layernorm_bytes(M, H, 2), rms_ops.PREDICT_LAYERNORM, M, H, 2)
+versions = {}
+if ON_GPU:
+    x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16) + 3
+    w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    b = 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    compiled = runtime.demo_compile(ln_ops.layernorm_eager)
+    versions = {
+        "eager (unfused)": lambda: ln_ops.layernorm_eager(x, w, b, EPS),
+        "your layernorm": lambda: layernorm(x, w, b, EPS),
+        "F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (H,), w, b, EPS),
+        "torch.compile": lambda: compiled(x, w, b, EPS),
+    }
+time_against_model(versions, {"your layernorm": ln_bytes, "F.layer_norm": ln_bytes, "torch.compile": ln_bytes}, 2 * M * H * 2, "LayerNorm", "32768 x 4096 bf16")
+versions.clear()
+x = None  # the benchmark's tensors go back before the next measurement
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-layernorm-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** LayerNorm computes two statistics and RMSNorm one, yet your two kernels should take
+# about the same time at this shape. Why? What would have to change for the second statistic to cost a second read
+# of `x`? (Two or three sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-layernorm", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Both kernels move 2|x| and are memory bound: the extra reduction and subtraction are a few arithmetic
+# instructions an element, far below what the SMs can do while the bytes stream in. The second statistic would cost
+# a second read only if the row did not fit in one program's registers (rows streamed in blocks) and the centred
+# variance needed the mean first: Welford's update or a shift avoids even that.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ln-why-md", "locked": true, "schema_version": 3, "solution": false}
 # **Why these bars.** A floating-point format's **unit roundoff** `u` is half the gap between 1 and the next
-# number it can hold: the largest relative error one rounding can make (`u = 2⁻²⁴` for float32, `2⁻¹¹` for
-# float16, `2⁻⁸` for bfloat16). The textbook two-pass order in float32 (the mean first, then the variance of the
+# number it can hold: the largest relative error one rounding can make. A format with `p` significant bits (the
+# stored mantissa bits and the implicit leading one) has `u = 2⁻ᵖ`: `2⁻²⁴` for float32 (24 bits), `2⁻¹¹` for float16
+# and tf32 (11), `2⁻⁸` for bfloat16 (8). The textbook two-pass order in float32 (the mean first, then the variance of the
 # centred values) keeps one rounding that matters: the row's mean, stored in float32, is off by up to
 # `u · |mean|`, and every centred value carries that error. Relative to the row's spread it is
 # `u · |mean| / std` ≈ 2·10⁻⁵ at mean 300, about what `F.layer_norm` itself measures. The precision bar allows
@@ -500,8 +808,8 @@ for off, e in zip(offsets, yours_err):
 # hold: for a bf16 value near 1000 it is 4, for an fp32 one about 6·10⁻⁵. Each rounding of the running sum adds
 # an error of up to half an ulp of the sum, in a random direction; after `n` additions those errors add up like
 # a random walk, to about `√n` of them. So the relative error of the statistic grows at least like `√H`. Once
-# the running sum is a few hundred times larger than the terms added to it, bf16 (8 bits of mantissa) starts
-# rounding the terms away altogether and the growth gets steeper than `√H`. An fp32 accumulator's error, your
+# the running sum is a few hundred times larger than the terms added to it, bf16 (8 significant bits: 7 stored
+# and the implicit leading one) starts rounding the terms away altogether and the growth gets steeper than `√H`. An fp32 accumulator's error, your
 # kernel's, stays flat at the level of fp32 rounding. (The casts this needs work in Triton's interpreter too,
 # so the experiment runs without a GPU, on shorter rows.)
 
@@ -549,7 +857,7 @@ plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-accumulator-md", "locked": true, "schema_version": 3, "solution": false}
 # **Question (1 point).** Your kernel stores `y` in bf16 when `x` is bf16: every output element is rounded to
-# 8 bits of mantissa. Why does that rounding not make the error grow with `H`, when rounding the accumulator to
+# 8 significant bits. Why does that rounding not make the error grow with `H`, when rounding the accumulator to
 # bf16 does? (Two or three sentences.)
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q-accumulator", "locked": false, "points": 1, "schema_version": 3, "solution": true}
@@ -558,6 +866,40 @@ plt.show()
 # rounding's error stays in the sum that all of the row's outputs are then scaled by: those errors add up (like
 # √H at least, faster once small terms are rounded away), so the statistic, and every element of the row,
 # gets worse as the row gets longer.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-repair-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.predict_repair_bytes · Predict the repaired kernel's traffic   (about 5 min · ★☆☆)
+#
+# **Spec.** `predicted_repair_bytes(rows, cols, elem_bytes) -> int`: the bytes the repaired two-pass kernel moves through HBM for `x` of shape `(rows, cols)` with `elem_bytes` bytes an element, **assuming every read misses the cache**. Count every tensor the kernel reads or writes once, the
+# one-row ones included, as an integer number of bytes. The measurement below draws your kernel's time against
+# `bytes / copy bandwidth`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The repaired kernel loops over each row twice: what does each loop read, and what does it write?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# The first loop reads `x` for the statistic; the second reads `x` again, reads the weight and writes `y`. Sizes: `rows · cols · elem_bytes` for `x` and `y`, `cols · elem_bytes` for the weight.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.predict_repair_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_repair_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_repair_bytes(rows: int, cols: int, elem_bytes: int) -> int:
+    """HBM bytes of the two-pass RMSNorm for x (rows, cols), every read a miss, weight included."""
+    ### BEGIN SOLUTION
+    return (3 * rows + 1) * cols * elem_bytes  # read x twice, write y; read weight
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_repair_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("02.predict_repair_bytes", predicted_repair_bytes).assert_passed("correctness")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "repair-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 02.rmsnorm_repair · Repair a precision bug   (about 20 min · ★☆☆)
@@ -569,8 +911,24 @@ plt.show()
 # of the kernel below, with its bug found and fixed, launched once. Keep its loop over the row in blocks (that
 # is what makes it work for any `H`); repair what it computes.
 #
-# **Hints** *(optional)*. Read the kernel for the dtype each value has: what is squared, and what is the running
-# sum kept in? Speed: the buggy launcher's 64 columns a step are few; 1024 keep more loads in flight.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Read the kernel for the dtype each value has: what is squared, and what is the running sum kept in?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Upcast each block to float32 right after its load, in both loops; start the running sum as a float32 block
+# (`tl.zeros([BLOCK], dtype=tl.float32)`); normalise in float32 and cast only at the store.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# The buggy launcher's 64 columns a step are few: 1024 keep more loads in flight.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.rmsnorm_repair -->
@@ -587,7 +945,7 @@ def _rmsnorm_two_pass_kernel(x_ptr, w_ptr, y_ptr, H, stride_xm, stride_ym, eps, 
     # the storage dtype, compute and accumulate in float32, round once at the store.
     ### BEGIN SOLUTION
     # The buggy kernel squares x in its storage dtype and keeps the running sum of squares in that dtype too, so
-    # in fp16 or bf16 every addition rounds to 11 or 8 bits of mantissa. The repair converts x to fp32 before
+    # in fp16 or bf16 every addition rounds to 11 or 8 significant bits. The repair converts x to fp32 before
     # squaring and accumulates in fp32: that is the two-pass kernel of kernels/rmsnorm_variants.py.
     # include body: kernels/rmsnorm_variants.py (_rmsnorm_two_pass_kernel)
     ### END SOLUTION
@@ -618,6 +976,39 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["performance"]).assert_pa
 # %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_repair_fusion", "locked": true, "points": 1, "schema_version": 3, "solution": false}
 check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "repair-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### The repair against your prediction
+#
+# Timed at 32768 × 4096 in bf16: the buggy kernel as given, your repair, and your one-pass `rmsnorm`. The repair's
+# model is your prediction (every read a miss), the one-pass kernel's `2|x|`.
+
+# %% nbgrader={"grade": false, "grade_id": "repair-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+repair_bytes = your_prediction(lambda: predicted_repair_bytes(M, H, 2), rms_ops.PREDICT_REPAIR, M, H, 2)
+versions = {}
+if ON_GPU:
+    x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
+    w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    versions = {
+        "buggy (as given)": lambda: rmsnorm_buggy(x, w, EPS),
+        "your repair": lambda: rmsnorm_repaired(x, w, EPS),
+        "your one-pass rmsnorm": lambda: rmsnorm(x, w, EPS),
+    }
+time_against_model(versions, {"buggy (as given)": repair_bytes, "your repair": repair_bytes, "your one-pass rmsnorm": 2 * M * H * 2 + H * 2}, 2 * M * H * 2, "repaired RMSNorm", "32768 x 4096 bf16")
+versions.clear()
+x = None  # the benchmark's tensors go back before the next measurement
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-repair-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** The repair changed only dtypes, not the bytes. Did it change the time? Where does your
+# repair sit against its `3|x|` line, and what does that say about the second pass's reads? (Two or three
+# sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-repair", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Upcasting costs nothing measurable: the kernel is memory bound either way, so the repair and the buggy kernel
+# (with the same block size) take about the same time. Both land below the 3|x| line, near 2|x|, because each row
+# (8 KiB) is still in L2 when the second loop reads it again: the second pass mostly misses HBM. The launcher's
+# block of 1024 columns instead of 64 is what makes the repair faster than the kernel as given.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bwd-md", "locked": true, "schema_version": 3, "solution": false}
 # ## 6. Stretch: RMSNorm backward
 #
@@ -639,6 +1030,40 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed(
 # into **shared memory** (a fast on-chip scratchpad of each SM, 228 KiB on an H100, that the warps of a program
 # share) while the current one is reduced.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-backward-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.predict_backward_bytes · Predict the backward pass's traffic   (about 5 min · ★☆☆)
+#
+# **Spec.** `predicted_backward_bytes(rows, cols, elem_bytes) -> int`: the fewest bytes your `rmsnorm_backward` moves through HBM for `x` of shape `(rows, cols)` with `elem_bytes` bytes an element, leaving out the small float32 partial sums of `dweight`. Count every tensor the kernel reads or writes once, the
+# one-row ones included, as an integer number of bytes. The measurement below draws your kernel's time against
+# `bytes / copy bandwidth`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The backward recomputes `rstd` from `x` instead of reading a saved one: which full-size tensors does it read, which does it write?
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Full size: `x` and `dy` in, `dx` out, `rows · cols · elem_bytes` each. One row: `weight` in, `dweight` out, `cols · elem_bytes` each.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.predict_backward_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_backward_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_backward_bytes(rows: int, cols: int, elem_bytes: int) -> int:
+    """HBM bytes of RMSNorm's backward for x (rows, cols): x, dy, dx, weight and dweight, no partial sums."""
+    ### BEGIN SOLUTION
+    return (3 * rows + 2) * cols * elem_bytes  # read x, dy; write dx; read weight, write dweight
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_backward_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("02.predict_backward_bytes", predicted_backward_bytes).assert_passed("correctness")
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bwd-card-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 02.rmsnorm_backward · RMSNorm's backward pass (stretch)   (about 90 min · ★★★)
 #
@@ -647,10 +1072,33 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed(
 # of `x`'s dtype, and `dweight`, a new `(H,)` tensor of `weight`'s dtype: the gradients of
 # `rmsnorm(x, weight, eps)` for the upstream gradient `dy`, recomputing `rstd` from `x`. At most two launches.
 #
-# **Hints** *(optional)*. Give the first kernel a fixed number of programs (a few per SM on a GPU, 8 in the
-# interpreter), each a band of `cdiv(M, programs)` rows, and a float32 `(programs, H)` buffer for the partial
-# sums of `dweight`; the second kernel sums its rows, a block of columns per program. Speed: pipeline the loop
-# over rows (`tl.range(..., num_stages=3)`).
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# `dx` is a row reduction and elementwise work, like the forward pass. `dweight` sums over rows that no single
+# program sees: let each program add up its own band of rows, and a second kernel add the bands.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Give the first kernel a fixed number of programs (a few per SM on a GPU, 8 in the interpreter), each a band of
+# `cdiv(M, programs)` rows, and a float32 `(programs, H)` buffer for the partial sums of `dweight`. The second
+# kernel sums the buffer's rows, a block of columns per program.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Per row: `xhat = x · rstd`, `g = dy · w`, `dx = rstd · (g − xhat · sum(g · xhat) / H)`, and the accumulator
+# gains `dy · xhat`. Skip rows `≥ M` in the last band, load with `other=0.0` so the padding lanes add nothing,
+# and keep `rstd` and every sum in float32.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Pipeline the loop over rows: `for i in tl.range(rows, num_stages=3)`.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 02.rmsnorm_backward -->
@@ -713,6 +1161,38 @@ check("02.rmsnorm_backward", rmsnorm_backward, criteria=["performance"]).assert_
 # %% nbgrader={"grade": true, "grade_id": "test_rmsnorm_backward_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
 check("02.rmsnorm_backward", rmsnorm_backward, criteria=["fusion"]).assert_passed("fusion")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "bwd-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your backward against your prediction
+#
+# Timed at 32768 × 4096 in bf16: your two kernels, and eager PyTorch's autograd through the unfused forward (its
+# forward included: autograd has no backward without one). Your kernels against your byte count.
+
+# %% nbgrader={"grade": false, "grade_id": "bwd-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+bwd_bytes = your_prediction(lambda: predicted_backward_bytes(M, H, 2), rms_ops.PREDICT_BACKWARD, M, H, 2)
+versions = {}
+if ON_GPU:
+    x, dy = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
+    w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    versions = {
+        "eager autograd (forward + backward)": lambda: rms_ops.rmsnorm_backward_eager(x, w, dy, EPS),
+        "your rmsnorm_backward": lambda: rmsnorm_backward(x, w, dy, EPS),
+    }
+time_against_model(versions, {"your rmsnorm_backward": bwd_bytes}, 3 * M * H * 2, "RMSNorm backward", "32768 x 4096 bf16")
+versions.clear()
+x = None  # the benchmark's tensors go back before the next measurement
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-backward-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** Your backward recomputes `rstd` from `x` rather than having the forward pass save it.
+# Count what saving it would change in bytes, and say why recomputing is the usual choice. (Two or three
+# sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-backward", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Saving rstd costs the forward one float32 per row (4M bytes) and the backward reads it back: next to the 3|x| of
+# x, dy and dx that is about 1/2000 at H = 4096, so in bytes the two are even. Recomputing needs no saved tensor
+# to keep alive between the passes (activation memory) and costs one reduction over a row already in registers:
+# free in a memory-bound kernel.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "bwd-ref-run", "locked": true, "schema_version": 3, "solution": false}
 # **Reference run.** On an H200, pipelining the loop over rows (`num_stages=3`) alone took the course's backward
 # kernel from 0.64 to 0.90 of copy bandwidth, with two programs an SM.
@@ -743,6 +1223,202 @@ else:
     print(f"dx: relative error {((x.grad.double() - xd.grad).norm() / xd.grad.norm()).item():.2e}")
     print(f"dw: relative error {((w.grad.double() - wd.grad).norm() / wd.grad.norm()).item():.2e}")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "dropout-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 7. Dropout in the kernel
+#
+# Training applies dropout to a sub-layer's output before the residual add: `h = x + dropout(y, p)`, then the
+# next norm. Unfused, PyTorch draws a random mask tensor, multiplies, adds and normalises: about `12|x|` of traffic
+# with the mask. Fused, the mask never exists in memory. Triton's `tl.rand(seed, offsets)` computes a random number
+# in `[0, 1)` from a seed and an integer offset alone (the Philox generator: ten rounds of multiplications and
+# xors, integer work in registers), so each element's draw is a pure function of `(seed, offset)`. The forward
+# pass draws it, and a backward pass draws exactly the same number again from the same seed and offset: it needs
+# the seed, not a stored mask. What is left is the traffic of add + RMSNorm, `4|x|`.
+#
+# The offsets decide which elements share a draw. Number the elements of the whole `(M, H)` tensor, `row · H +
+# col`, and every element gets its own; number only the columns, and every row gets the same mask, which is not
+# dropout.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-dropout_add_rmsnorm-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.predict_dropout_add_rmsnorm_bytes · Predict fused dropout's traffic   (about 5 min · ★☆☆)
+#
+# **Spec.** `predicted_dropout_add_rmsnorm_bytes(rows, cols, elem_bytes) -> int`: the fewest bytes your fused `dropout_add_rmsnorm` moves through HBM for `x` of shape `(rows, cols)` with `elem_bytes` bytes an element. Count every tensor the kernel reads or writes once, the
+# one-row ones included, as an integer number of bytes. The measurement below draws your kernel's time against
+# `bytes / copy bandwidth`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Where does the mask live? Then the count is one you have made before.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `x` and `y` in, `out` and `h` out at `rows · cols · elem_bytes` each; the weight at `cols · elem_bytes`; the mask nowhere.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.predict_dropout_add_rmsnorm_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_dropout_add_rmsnorm_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_dropout_add_rmsnorm_bytes(rows: int, cols: int, elem_bytes: int) -> int:
+    """HBM bytes of the fused dropout + add + RMSNorm for x (rows, cols), weight included, no mask tensor."""
+    ### BEGIN SOLUTION
+    return (4 * rows + 1) * cols * elem_bytes  # read x, y; write out, h; read weight; no mask
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_dropout_add_rmsnorm_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("02.predict_dropout_add_rmsnorm_bytes", predicted_dropout_add_rmsnorm_bytes).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "dropout-card-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 02.dropout_add_rmsnorm · Dropout, residual add and RMSNorm in one kernel   (about 40 min · ★★☆)
+#
+# **Spec.** `dropout_add_rmsnorm(x, y, weight, p, seed, eps) -> (out, h)`: `x` and `y (M, H)` of one dtype (rows
+# possibly strided, last dimension contiguous), `weight (H,)`, `H ≤ 16384`, `0 ≤ p < 1`, an integer `seed` in
+# `[0, 2³¹)`. Element `(i, j)` of `y` is kept where `tl.rand(seed, i · H + j) > p` and scaled by `1 / (1 − p)`,
+# else dropped; `h = x + dropout(y)`, stored in `x`'s dtype; `out` is the RMSNorm of that stored `h`. Two new
+# `(M, H)` tensors from **one** launch, the mask in registers only. Correctness first reads back the mask your
+# kernel drew (from a call with `x = 0`, `y = 1`): the kept fraction must be within a binomial bound of `1 − p`,
+# neighbouring rows and columns must agree no more than independent draws do, and the same seed must give the
+# same mask, another seed a different one.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Your `add_rmsnorm` with `y` passed through a mask first; the mask is a function of the seed and of each element's index, so there is nothing to load for it.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Offsets `row * H + cols` (the element's index in the logical tensor, not its address: strides do not enter);
+# `keep = tl.rand(seed, offsets) > p`; `h = x + tl.where(keep, y * (1 / (1 - p)), 0)` in float32, cast and stored;
+# then the RMSNorm of the stored `h`, as in `add_rmsnorm`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Traps: offsets from `cols` alone give every row the same mask; `>=` instead of `>`, or forgetting the
+# `1 / (1 − p)`, fails the values; drawing the mask in PyTorch (`torch.rand`) and loading it is a mask tensor, extra
+# traffic and a torch operation outside the kernel. Pass `p` as a float and `seed` as an int.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# The launch settings of `add_rmsnorm`. Ten Philox rounds are a few dozen integer instructions an element:
+# still far below what the SMs can do while the bytes stream, so the kernel stays memory bound.
+#
+# </details>
+#
+# **Graded.**
+# <!-- graded: 02.dropout_add_rmsnorm -->
+
+# %% nbgrader={"grade": false, "grade_id": "dropout_add_rmsnorm", "locked": false, "schema_version": 3, "solution": true}
+@triton.jit
+def _dropout_add_rmsnorm_kernel(x_ptr, y_ptr, w_ptr, out_ptr, h_ptr, H, stride_xm, stride_ym, stride_om,
+                                stride_hm, p, seed, eps, BLOCK_H: tl.constexpr):
+    """One program per row: h = x + dropout(y) (kept where tl.rand(seed, row * H + col) > p, scaled by 1 / (1 - p)),
+    stored to h in its dtype; out = rmsnorm(h) * w. Each of the four (M, H) tensors has its own row stride."""
+    # 1. my row (int64), the column offsets and the tail mask
+    # 2. load x and y (masked) in float32
+    # 3. the random offsets row * H + cols; keep = tl.rand(seed, offsets) > p
+    # 4. h = x + (y / (1 - p) where kept, else 0), rounded to the storage dtype and stored
+    # 5. upcast the stored h, rstd in float32, load w, store the normalised row to out
+    ### BEGIN SOLUTION
+    # include body: kernels/dropout_add_rmsnorm.py (_dropout_add_rmsnorm_kernel)
+    ### END SOLUTION
+
+
+def dropout_add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, p: float, seed: int, eps: float):
+    """(rmsnorm(h) * weight, h) with h = x + dropout(y, p) for x, y (M, H), weight (H,): the mask drawn in the kernel
+    from seed, two new (M, H) tensors of x's dtype, from one launch."""
+    # 1. check the shapes, 0 <= p < 1 and 0 <= seed < 2**31
+    # 2. allocate out and h
+    # 3. launch one program per row with all four row strides, p and seed; return (out, h)
+    ### BEGIN SOLUTION
+    # include body: kernels/dropout_add_rmsnorm.py (dropout_add_rmsnorm)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "dropout-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+check("02.dropout_add_rmsnorm", dropout_add_rmsnorm)
+
+# %% nbgrader={"grade": true, "grade_id": "test_dropout_add_rmsnorm_correctness", "locked": true, "points": 4, "schema_version": 3, "solution": false}
+check("02.dropout_add_rmsnorm", dropout_add_rmsnorm, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_dropout_add_rmsnorm_performance", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("02.dropout_add_rmsnorm", dropout_add_rmsnorm, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_dropout_add_rmsnorm_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("02.dropout_add_rmsnorm", dropout_add_rmsnorm, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "dropout-mask-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your mask, drawn again
+#
+# The cell below calls your kernel twice with the same seed on `x = 0`, `y = 1`, where `h` is `1 / (1 − p)` on the
+# kept elements and 0 on the dropped ones, and draws a corner of the mask. The two calls must agree element for
+# element: that is what lets a backward pass draw the mask again from the seed instead of storing it (the
+# gradient reaching `y` is `dh · keep / (1 − p)`).
+
+# %% nbgrader={"grade": false, "grade_id": "dropout-mask", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+zeros, ones = torch.zeros(64, 256, device=DEVICE), torch.ones(64, 256, device=DEVICE)
+try:
+    _, h_first = dropout_add_rmsnorm(zeros, ones, ones[0], 0.3, 1234, 1e-5)
+    _, h_again = dropout_add_rmsnorm(zeros, ones, ones[0], 0.3, 1234, 1e-5)
+except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
+    if not not_written(exc):
+        raise
+    print(f"your dropout_add_rmsnorm: not written yet ({type(exc).__name__}); nothing to draw")
+else:
+    kept = (h_first != 0).cpu()
+    print(f"kept {kept.float().mean():.3f} of the elements (1 - p = 0.7); the same seed again gives the same mask: "
+          f"{torch.equal(h_first, h_again)}")
+    plt.figure(figsize=(8, 2.4))
+    plt.imshow(kept[:16, :64], cmap="gray_r", interpolation="nearest")
+    plt.title("kept (dark) in rows 0-15, columns 0-63: no two rows alike")
+    plt.xlabel("column")
+    plt.ylabel("row")
+    plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "drop-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your fused dropout against your prediction
+#
+# Timed at 32768 × 4096 in bf16: your kernel, eager PyTorch (`F.dropout`, which draws and stores a mask, then add
+# and RMSNorm) and `torch.compile` of it; your kernel against your byte count, eager against its `12|x|`-ish
+# (counting the one-byte mask as half an x-sized bf16 tensor).
+
+# %% nbgrader={"grade": false, "grade_id": "drop-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+drop_bytes = your_prediction(lambda: predicted_dropout_add_rmsnorm_bytes(M, H, 2), drop_ops.PREDICT_DROPOUT, M, H, 2)
+versions = {}
+if ON_GPU:
+    x, y = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
+    w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    compiled = runtime.demo_compile(drop_ops.dropout_add_rmsnorm_eager)
+    versions = {
+        "eager (mask, dropout, add, 3 kernels)": lambda: drop_ops.dropout_add_rmsnorm_eager(x, y, w, 0.1, 0, EPS),
+        "your dropout_add_rmsnorm": lambda: dropout_add_rmsnorm(x, y, w, 0.1, 1234, EPS),
+        "torch.compile": lambda: compiled(x, y, w, 0.1, 0, EPS),
+    }
+time_against_model(versions, {"your dropout_add_rmsnorm": drop_bytes, "eager (mask, dropout, add, 3 kernels)": M * H + 11 * M * H * 2}, 4 * M * H * 2, "dropout + add + RMSNorm", "32768 x 4096 bf16")
+versions.clear()
+x = None  # the benchmark's tensors go back before the next measurement
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-dropout-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question (1 point).** Your kernel computes ten rounds of Philox for
+# every element and still runs at about the speed of `add_rmsnorm`. Why? On which kind of GPU, or at which dtype,
+# would the random numbers start to cost time? (Two or three sentences.)
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-dropout", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# The kernel is memory bound: at 4 bytes of traffic per bf16 element and a few TB/s, each SM has hundreds of
+# integer instructions' worth of time per element while the bytes stream in, and Philox needs a few dozen. The
+# random numbers would start to show where the ratio of integer throughput to bandwidth is lower (an HBM3e part
+# with the same SMs, or fp8 storage that halves the bytes an element), or if each element drew several numbers.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
 #
@@ -753,6 +1429,11 @@ else:
 # * Fused kernels keep statistics in fp32 and round only at the store. A low-precision accumulator's error
 #   grows like √H; a one-line variance formula cancels when the mean is large. Neither is fixed by more
 #   bandwidth.
+#
+# * Randomness can be fused too: a mask drawn in registers from `(seed, offset)` is never written, and the backward
+#   pass draws it again.
+# * At the decode shape the bytes take nanoseconds and a launch microseconds: there, fusion pays in launches, and
+#   CUDA graphs take the rest.
 #
 # Next, notebook 03 fuses siblings rather than producer and consumer: operations that share an input.
 #

@@ -1,0 +1,58 @@
+"""Fused dropout + add + RMSNorm (kernels/dropout_add_rmsnorm.py) against its torch side: Philox as tl.rand draws it,
+the float64 reference given that mask, and the byte count."""
+
+from __future__ import annotations
+
+import pytest
+
+import autograder  # noqa: F401  first: picks the interpreter before any @triton.jit below runs
+
+import torch
+import triton
+import triton.language as tl
+
+from autograder.specs.fused_dropout import keep_mask, philox_uniform
+from kernels.dropout_add_rmsnorm import dropout_add_rmsnorm, dropout_add_rmsnorm_bytes, dropout_add_rmsnorm_reference
+
+
+@triton.jit
+def _rand_kernel(out_ptr, seed, N, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.rand(seed, offs), mask=offs < N)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4321, 2**31 - 2])
+def test_torch_philox_is_bit_for_bit_tl_rand(seed):
+    n = 3000
+    out = torch.empty(n, device=autograder.runtime.device())
+    _rand_kernel[(triton.cdiv(n, 1024),)](out, seed, n, BLOCK=1024)
+    assert torch.equal(out.cpu(), philox_uniform(seed, torch.arange(n)))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float16, 3e-3)])
+def test_kernel_matches_the_reference_on_strided_rows(dtype, tol):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 800, generator=gen)[:, :777].to(dtype)  # rows 800 apart, 777 wide
+    y = torch.randn(9, 777, generator=gen).to(dtype)
+    w = (1 + 0.2 * torch.randn(777, generator=gen)).to(dtype)
+    out, h = dropout_add_rmsnorm(x, y, w, 0.25, 77, 1e-5)
+    ref_out, ref_h = dropout_add_rmsnorm_reference(x, y, w, 0.25, 77, 1e-5)
+    assert torch.allclose(h.double(), ref_h, atol=tol, rtol=tol)
+    assert torch.allclose(out.double(), ref_out, atol=tol, rtol=tol)
+    dropped = ~keep_mask((9, 777), 0.25, 77)
+    assert torch.equal(h[dropped], x[dropped])  # a dropped element leaves the residual as it was
+
+
+def test_the_mask_keeps_about_one_minus_p_and_rows_differ():
+    kept = keep_mask((64, 1024), 0.3, 5)
+    assert abs(kept.double().mean().item() - 0.7) < 0.01
+    assert not torch.equal(kept[0], kept[1])
+
+
+def test_bytes_are_two_reads_and_two_writes_and_bad_arguments_are_named():
+    x = torch.empty(4, 8, dtype=torch.float16)
+    assert dropout_add_rmsnorm_bytes(x, x, x[0]) == 4 * 64 + 16
+    with pytest.raises(ValueError, match="drop probability"):
+        dropout_add_rmsnorm(x, x, x[0], 1.0, 0, 1e-5)
+    with pytest.raises(ValueError, match="seed"):
+        dropout_add_rmsnorm(x, x, x[0], 0.5, -1, 1e-5)
