@@ -36,10 +36,12 @@
 # 1. measure what autograd saves for the backward of an unfused block and of attention, and read how
 #    `torch.compile`'s partitioner decides between saving and recomputing, from the graphs it produces;
 # 2. derive FlashAttention's backward (rebuild `P` tile by tile from the saved log-sum-exp, the
-#    `delta = rowsum(dO ∘ O)` trick, two loops for `dK, dV` and `dQ`) and write it: **graded** on correctness,
+#    `delta = rowsum(dO ∘ O)` trick, two loops for `dK, dV` and `dQ`), predict its flops against the forward's
+#    (**graded**, then read off SDPA's measured times) and write it: **graded** on correctness,
 #    precision against float64 gradients, speed against SDPA's own backward, and at most three launches; then
 #    measure it against SDPA's backends over sequence lengths;
-# 3. write the forward and backward of a linear layer with cross-entropy that never holds the `M × V` logits,
+# 3. predict the bytes of the float32 logits, whole and a chunk of rows (**graded**, then measured), and write
+#    the forward and backward of a linear layer with cross-entropy that never holds the `M × V` logits,
 #    a chunk of rows at a time: **graded** on correctness, precision and the memory it allocates; then measure
 #    its memory and time against eager PyTorch and `torch.compile` up to a 128k vocabulary;
 # 4. assemble a small Llama-style decoder from `torch.autograd.Function`s around your kernels and train it on the
