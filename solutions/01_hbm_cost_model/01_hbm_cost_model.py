@@ -480,13 +480,13 @@ fig
 # The grader tells you *that* a kernel is wrong. To find out *why*, look inside it. Three tools do most of the
 # work: running the kernel in Triton's **interpreter**, where it is plain Python you can print from and stop in;
 # `tl.static_print` and `tl.device_print`, which also work on a GPU; and reading the compiler's errors, of which
-# five come up again and again. Section 7 ends with a kernel that has two bugs, for you to repair.
+# five come up again and again. The section ends with a kernel that has two bugs, for you to repair.
 #
 # ### The interpreter
 #
 # With `TRITON_INTERPRET=1` in the environment, `@triton.jit` does not compile a kernel: each launch runs the
 # kernel's Python code once per program, one program after another, on NumPy arrays in the CPU's memory. It is
-# hundreds of times slower, and it knows nothing of warps or shared memory, but every value is a real array you
+# far slower, and it knows nothing of warps or shared memory, but every value is a real array you
 # can print, and an access outside a tensor is reported instead of corrupting memory.
 #
 # Triton reads the variable when `@triton.jit` decorates a function, so it must be set before any kernel is
@@ -574,10 +574,12 @@ if not runtime.interpreted():
 # ### Five common compile errors, and a PyTorch habit
 #
 # A kernel is compiled at its first launch, so its errors come from the launch line. Triton's message names the
-# line of the kernel and what is wrong with it; the interpreter, which compiles nothing, reports most of the
-# same mistakes while it runs, and a few not at all. Each cell below makes one mistake for real, catches the
-# error and prints the end of Triton's own message, then the fix. Where the interpreter does not raise, the
-# cell says what it did instead: read those lines when you run the notebook on a GPU too.
+# line of the kernel and what is wrong with it. The interpreter compiles nothing, but it reports most of the same
+# mistakes while it runs, with the same words. Two it lets through: a Python `if` on a block runs there with one
+# decision for the whole block, a silent wrong answer where the compiler refuses the kernel; and its `tl.dot`
+# has no smallest tile, where the compiler for NVIDIA GPUs wants at least 16 along the reduced dimension K. Each
+# cell below makes one mistake for real, catches the error, prints the end of Triton's own message (or what
+# happened instead), then the fix.
 
 # %% nbgrader={"grade": false, "grade_id": "debug-errors-helpers", "locked": true, "schema_version": 3, "solution": false}
 def launch_error(launch):
@@ -589,10 +591,10 @@ def launch_error(launch):
     return None
 
 
-def show_error(exc, fix):
-    """Print the error's type and the end of Triton's message (or that none came), then the fix."""
+def show_error(exc, fix, instead=lambda: ""):
+    """Print the error's type and the end of Triton's message (or that none came, and instead()), then the fix."""
     if exc is None:
-        print("no error was raised here")
+        print("no error was raised here. " + instead())
     else:
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
         print(f"{type(exc).__name__}: " + "\n    ".join(lines[-6:]))
@@ -639,13 +641,12 @@ def _branch_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 x = torch.tensor([-1.0, 1.0, -2.0, 2.0, -3.0, 3.0, -4.0, 4.0], device=DEVICE)
 y = torch.zeros_like(x)
-exc = launch_error(lambda: _branch_kernel[(1,)](x, y, 8, BLOCK=8))
-show_error(exc, "decide lane by lane: x = tl.where(x > 0, x * 2.0, x). (An `if` on a scalar, such as the "
-                "program id or a constexpr, is fine.)")
-if exc is None:
-    print(f"The interpreter ran it without complaint and decided the branch for the whole block at once:\n"
-          f"    got    {y.tolist()}\n    wanted {torch.where(x > 0, 2 * x, x).tolist()}\n"
-          "A silent wrong answer here, an error from the compiler on a GPU.")
+show_error(launch_error(lambda: _branch_kernel[(1,)](x, y, 8, BLOCK=8)),
+           "decide lane by lane: x = tl.where(x > 0, x * 2.0, x). (An `if` on a scalar, such as the program id "
+           "or a constexpr, is fine.)",
+           instead=lambda: (f"{'The interpreter' if runtime.interpreted() else 'This Triton'} took one decision "
+                            f"for the whole block:\n    got    {y.tolist()}\n"
+                            f"    wanted {torch.where(x > 0, 2 * x, x).tolist()}"))
 
 # %% nbgrader={"grade": false, "grade_id": "debug-error-dot-size", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -660,13 +661,11 @@ def _small_dot_kernel(a_ptr, b_ptr, c_ptr, B: tl.constexpr):
 
 a, b = torch.randn(8, 8, device=DEVICE), torch.randn(8, 8, device=DEVICE)
 c = torch.zeros(8, 8, device=DEVICE)
-exc = launch_error(lambda: _small_dot_kernel[(1,)](a, b, c, B=8))
-show_error(exc, "tiles of at least 16 along K (and 16 x 16 or more is safest on every Triton version): "
-                "pad the small matrix with masked loads (other=0.0) up to 16")
-if exc is None:
-    print(f"The interpreter computes tl.dot with NumPy and has no smallest tile: it ran, and "
-          f"max |c - a @ b| = {(c - a @ b).abs().max().item():.1e}. A GPU's tensor cores multiply tiles of at "
-          "least 16 along K, and the compiler refuses smaller ones.")
+show_error(launch_error(lambda: _small_dot_kernel[(1,)](a, b, c, B=8)),
+           "tiles of at least 16 along K (16 x 16 or more is safest on every Triton version): pad the small "
+           "matrices with masked loads (other=0.0) up to 16",
+           instead=lambda: (f"{'The interpreter (its tl.dot is NumPy)' if runtime.interpreted() else 'This GPU'} "
+                            f"accepted the 8 x 8 tiles: max |c - a @ b| = {(c - a @ b).abs().max().item():.1e}"))
 
 # %% nbgrader={"grade": false, "grade_id": "debug-error-dot-dtype", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
