@@ -544,7 +544,7 @@ if not runtime.interpreted():
 # ### `tl.static_print` and `tl.device_print`
 #
 # * `tl.static_print(...)` runs while the kernel is **compiled**: it prints what the compiler knows, such as a
-#   block's shape and dtype (`fp32[constexpr[4]]`) and the value of a `tl.constexpr`, never the data. Compiled
+#   block's dtype and shape and the value of a `tl.constexpr`, never the data. Compiled
 #   kernels are cached, so it prints only the first time a kernel is compiled for those arguments. In the
 #   interpreter nothing is compiled: it prints each program's values, like `print`.
 # * `tl.device_print("prefix", x)` runs while the kernel **runs**, on the GPU: one line per element of `x`,
