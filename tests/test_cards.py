@@ -136,8 +136,7 @@ def test_every_marker_in_the_sources_names_an_exercise(root):
 
 CARD_WORDS = 260
 # Notebooks whose cards are not in the hint format yet: emptied as each is converted.
-NOT_CONVERTED = {"03_horizontal_fusion", "04_gemm_epilogue_fusion",
-                 "08_hopper_attention"}
+NOT_CONVERTED = {"08_hopper_attention"}
 
 DETAILS = re.compile(r"<details><summary>(.*?)</summary>(.*?)</details>", re.S)
 HINT = re.compile(r"Hint (\d) · \S")
