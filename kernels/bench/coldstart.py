@@ -1,0 +1,411 @@
+"""Cold-start headroom: every reference solution graded N times, each time in a fresh process with empty Triton,
+Inductor, CUDA and course caches (the device's peaks measured again too), as a student's first check on a freshly
+started machine sees it.
+
+    python -m kernels.bench.coldstart [--runs 10] [--only 02 06] [--gpus all | 0,2] [--out DIR]
+    python -m kernels.bench.coldstart --exercises [--only 06.fake_quant] [--shape EXERCISE=D1,D2,...] [--label L]
+    python -m kernels.bench.coldstart --table FILE.json      (no GPU: the table of a saved run)
+
+By default a run is one solution notebook through the checker (`python -m autograder check`: every cell, then
+every exercise graded on every criterion), so each run also gives the notebook's grading seconds, cold. With
+--exercises a run is one exercise's performance criterion alone, on its reference kernel (faster; --shape times
+it at another benchmark shape, to explore). The runs are spread over the GPUs named (one grading per GPU at a
+time: two on one GPU halve each other's bandwidth), longest first, and interleaved: run 1 of everything, then
+run 2, ... so that one exercise's runs meet the machine at different moments. For every exercise and bar (each fraction of a peak, each speed-up over eager, per benchmark
+shape where there are several): min, median, max and the spread max/min over the runs. A bar is safe when it
+sits at most at the worst cold run divided by MARGIN; a figure whose spread is over MAX_SPREAD is a measurement to
+fix before its bar moves. Saves coldstart-<gpu>[-partial].json (device, versions, date, every run's figures and
+clocks); docs/benchmarks.md and tests/test_bench_coldstart.py read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from kernels.bench.common import RESULTS, load, needs_gpu, record, save, slug
+
+RESULTS = RESULTS / "coldstart"
+MARGIN = 1.2  # a bar at most the worst cold run / MARGIN
+MAX_SPREAD = 1.15  # max / min of one figure over the runs on one GPU
+TAG = "COLDSTART "  # the child's result line
+BAR_SUFFIXES = ("fraction_of_peak", "fraction_of_compiled", "speedup_over_eager")
+CHILD_TIMEOUT_S = 900
+
+
+def solutions() -> list[tuple[str, str, object]]:
+    """(exercise, what, fn) of every reference solution graded on performance, in a fixed order."""
+    from kernels.bench import headroom
+
+    return [(ex_id, what, fn) for ex_id, role, what, fn in headroom.versions() if role == "solution"]
+
+
+def bars(ex_id: str, figures: dict) -> dict:
+    """{bar name: (figure, bar)} of one graded run: every fraction of a peak with its threshold, every speed-up
+    over eager with the minimum grading.toml sets."""
+    from autograder import config
+    from autograder import specs as registry
+    from kernels.bench import headroom
+
+    ex = registry.get(ex_id)
+    _, min_speedup = headroom.thresholds(ex, config.load())
+    out = {}
+    for key, value in figures.items():
+        if not isinstance(value, (int, float)) or not key.endswith(BAR_SUFFIXES):
+            continue
+        part = key[: -len(next(s for s in BAR_SUFFIXES if key.endswith(s)))]
+        if key.endswith("speedup_over_eager"):
+            out[key] = (float(value), float(min_speedup))
+        elif isinstance(figures.get(f"{part}threshold"), (int, float)):
+            out[key] = (float(value), float(figures[f"{part}threshold"]))
+    return out
+
+
+def clocks() -> dict:
+    """The GPU's SM and memory clocks (MHz), temperature (C) and utilisation now, from NVML; {} without it."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return {"sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "temp_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+                "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu}
+    except Exception as exc:  # noqa: BLE001 - a missing NVML is a missing column, not a failed run
+        return {"error": type(exc).__name__}
+
+
+def child(index: int, shape: tuple | None) -> int:
+    """One cold grading, in this fresh process: prints TAG + JSON."""
+    from kernels.bench import headroom
+
+    ex_id, what, fn = solutions()[index]
+    before = clocks()
+    started = time.perf_counter()
+    r = headroom._grade(ex_id, fn, shape)
+    seconds = time.perf_counter() - started
+    figures = {k: v for k, v in r.figures.items() if isinstance(v, (int, float, str, bool)) or v is None}
+    print(TAG + json.dumps({"exercise": ex_id, "what": what, "status": r.status, "seconds": round(seconds, 2),
+                            "message": r.message.splitlines()[0][:300] if r.message else "",
+                            "bars": bars(ex_id, r.figures), "figures": figures,
+                            "clocks_before": before, "clocks_after": clocks()}), flush=True)
+    return 0
+
+
+def notebooks(only: list[str] | None) -> list[Path]:
+    """The solution notebooks, by number prefix."""
+    from kernels.bench.grading import notebooks as solution_notebooks
+
+    return solution_notebooks(only)
+
+
+def child_notebook(path: Path) -> int:
+    """One cold check of a solution notebook, in this fresh process: prints TAG + JSON per exercise."""
+    from autograder.checker import launch as checker
+
+    before = clocks()
+    started = time.perf_counter()
+    result = checker.run(path)
+    seconds = time.perf_counter() - started
+    exercises = []
+    for report in result["reports"]:
+        criteria = {c.name: c.status for c in report.results}
+        perf = next((c for c in report.results if c.name == "performance"), None)
+        failed = [f"{c.name}: {c.message.splitlines()[0][:200]}" for c in report.results if c.status == "failed"]
+        exercises.append({"exercise": report.exercise, "criteria": criteria, "failed": failed,
+                          "status": perf.status if perf else "not graded on performance",
+                          "bars": bars(report.exercise, perf.figures) if perf else {},
+                          "seconds": sum(c.seconds or 0 for c in report.results)})
+    print(TAG + json.dumps({"notebook": path.stem, "seconds": round(seconds, 2), "passed": checker.passed(result),
+                            "cell_errors": [e["error"][:200] for e in result["cell_errors"]],
+                            "exercises": exercises, "clocks_before": before, "clocks_after": clocks()}), flush=True)
+    return 0
+
+
+def fresh_env(folder: Path, gpu: str) -> dict:
+    """The environment of one cold run: this GPU only, every cache empty and private to the run."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, PYTHONUNBUFFERED="1")
+    for var, name in {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "nv",
+                      "FUSION_COURSE_CACHE": "course", "XDG_CACHE_HOME": "xdg"}.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        env[var] = str(folder / name)
+    return env
+
+
+def run_one(args: list[str], gpu: str) -> dict:
+    """One cold run in a fresh process on one GPU: its result line, or why there is none."""
+    with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
+        cmd = [sys.executable, "-m", "kernels.bench.coldstart", *args]
+        started = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, env=fresh_env(Path(tmp), gpu), capture_output=True, text=True,
+                               timeout=CHILD_TIMEOUT_S)
+            out, err, code = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, err, code = exc.stdout or "", f"timed out after {CHILD_TIMEOUT_S} s", -9
+            out = out.decode() if isinstance(out, bytes) else out
+        wall = time.perf_counter() - started
+    lines = [line for line in out.splitlines() if line.startswith(TAG)]
+    if not lines:
+        tail = (err or out).strip().splitlines()
+        return {"status": "crashed", "gpu": gpu, "wall_s": round(wall, 1), "returncode": code,
+                "message": tail[-1][:300] if tail else "no output", "bars": {}, "exercises": []}
+    return {**json.loads(lines[-1][len(TAG):]), "gpu": gpu, "wall_s": round(wall, 1)}
+
+
+def jobs_of(runs: int, notebook_mode: bool, only: list[str] | None, shapes: dict) -> tuple[list, dict]:
+    """(jobs, rows): jobs (round, key, child arguments) longest first within a round; rows by key."""
+    if notebook_mode:
+        paths = notebooks(only)
+        order = {"07": 0, "06": 1, "05": 2, "02": 3, "03": 4, "04": 5, "08": 6, "01": 7}  # longest first
+        paths.sort(key=lambda p: order.get(p.stem[:2], 9))
+        units = [(p.stem, ["--child-notebook", str(p)]) for p in paths]
+    else:
+        units = []
+        for i, (ex_id, what, _) in enumerate(solutions()):
+            if only and not any(ex_id.startswith(o) for o in only):
+                continue
+            shape = shapes.get(ex_id)
+            units.append((f"{ex_id} ({what})", ["--child", str(i)]
+                          + (["--child-shape", ",".join(map(str, shape))] if shape else [])))
+    jobs = [(r, key, args) for r in range(runs) for key, args in units]
+    return jobs, {key: [] for key, _ in units}
+
+
+def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | None, shapes: dict,
+            deadline_s: float | None = None) -> list[dict]:
+    """Every job on the first free GPU; past deadline_s no new job starts (the runs so far are kept)."""
+    job_list, results = jobs_of(runs, notebook_mode, only, shapes)
+    stop_at = time.monotonic() + deadline_s if deadline_s else None
+    jobs: queue.Queue = queue.Queue()
+    for job in job_list:
+        jobs.put(job)
+    lock = threading.Lock()
+    bar = tqdm(total=len(job_list), desc=f"cold gradings on {len(gpus)} GPU(s)")
+
+    def worker(gpu: str):
+        while stop_at is None or time.monotonic() < stop_at:
+            try:
+                r, key, args = jobs.get_nowait()
+            except queue.Empty:
+                return
+            result = run_one(args, gpu)
+            with lock:
+                results[key].append({"round": r, **result})
+                bar.update()
+                tqdm.write(f"[gpu {gpu}] {key} run {r + 1}: {describe(result)}")
+
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bar.close()
+    return rows_of(results, notebook_mode)
+
+
+def describe(result: dict) -> str:
+    parts = result.get("exercises") or [result]
+    figs = "; ".join(f"{p.get('exercise', '?')} {p.get('status', '?')} "
+                     + ",".join(f"{v[0]:.2f}" for v in p.get("bars", {}).values()) for p in parts)
+    return f"{figs} ({result.get('wall_s', 0):.0f} s)"
+
+
+def rows_of(results: dict, notebook_mode: bool) -> list[dict]:
+    """One row per exercise (per solution with --exercises), its runs in order, summarised."""
+    rows: dict = {}
+    for key, runs in results.items():
+        runs.sort(key=lambda run: run["round"])
+        for run in runs:
+            if not notebook_mode:
+                rows.setdefault(key, {"exercise": run.get("exercise", key.split()[0]), "what": key, "runs": []})
+                rows[key]["runs"].append(run)
+                continue
+            if not run.get("exercises"):  # the notebook crashed: every exercise of it lost this run
+                rows.setdefault(f"{key}: crashed", {"exercise": key, "what": "the notebook", "runs": []})
+                rows[f"{key}: crashed"]["runs"].append(run)
+            for ex in run.get("exercises", []):
+                rows.setdefault(ex["exercise"], {"exercise": ex["exercise"], "what": key, "runs": []})
+                rows[ex["exercise"]]["runs"].append({"round": run["round"], "gpu": run["gpu"],
+                                                     "notebook_s": run["seconds"], **ex})
+    for row in rows.values():
+        row["summary"] = summarise(row["runs"])
+    return list(rows.values())
+
+
+def notebook_seconds(results_rows: list[dict]) -> dict:
+    """{notebook: [seconds of each cold check]} from the rows of a notebook-mode run."""
+    out: dict = {}
+    for row in results_rows:
+        for run in row["runs"]:
+            if "notebook_s" in run:
+                out.setdefault(row["what"], {})[run["round"]] = run["notebook_s"]
+    return {nb: [v for _, v in sorted(d.items())] for nb, d in out.items()}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Per bar: min, median, max, spread, the bar, the worst run's margin over it, the highest safe bar."""
+    graded = [r for r in runs if r["status"] != "not graded on performance"]
+    out = {"passed": sum(r["status"] == "passed" for r in graded), "runs": len(graded), "bars": {},
+           "failed": sorted({f for r in runs for f in r.get("failed", [])})[:5]}
+    names = sorted({k for r in runs for k in r.get("bars", {})})
+    for name in names:
+        values = [r["bars"][name][0] for r in runs if name in r.get("bars", {})]
+        bar_value = next(r["bars"][name][1] for r in runs if name in r.get("bars", {}))
+        lo, hi = min(values), max(values)
+        out["bars"][name] = {
+            "bar": bar_value, "min": lo, "median": statistics.median(values), "max": hi, "n": len(values),
+            "spread": hi / lo if lo > 0 else float("inf"), "margin": lo / bar_value if bar_value else float("inf"),
+            "safe_bar": int(lo / MARGIN * 100) / 100}
+        out["bars"][name]["ok"] = out["bars"][name]["margin"] >= MARGIN and len(values) == len(graded)
+    out["ok"] = (out["passed"] == out["runs"] and all(b["ok"] for b in out["bars"].values())
+                 and not out["failed"])
+    return out
+
+
+def table(result: dict) -> str:
+    d = result["device"]
+    lines = [f"Cold-start headroom: {d['name']} ({result['date']}, torch {result['torch']}, triton {result['triton']}), "
+             f"{result['runs']} cold gradings per solution on {len(result['gpus'])} GPU(s)", "",
+             "| exercise | bar | passed | min | median | max | spread | bar | margin | safe bar | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        s = row["summary"]
+        if s["failed"]:
+            lines.append(f"| {row['exercise']} | other criteria | | | | | | | | | FAILED: {s['failed'][0][:80]} |")
+        if not s["bars"] and s["runs"]:
+            why = next((r.get("message", "") for r in row["runs"] if r["status"] != "passed"), "")
+            lines.append(f"| {row['exercise']} | - | {s['passed']}/{s['runs']} | | | | | | | | NOT OK: {why[:80]} |")
+        for name, b in s["bars"].items():
+            flag = "ok" if b["ok"] else "NOT OK"
+            if b["spread"] > MAX_SPREAD:
+                flag += ", spread"
+            lines.append(f"| {row['exercise']} | {name} | {s['passed']}/{s['runs']} | {b['min']:.3f} | "
+                         f"{b['median']:.3f} | {b['max']:.3f} | {b['spread']:.2f} | {b['bar']:.2f} | "
+                         f"{b['margin']:.2f} | {b['safe_bar']:.2f} | {flag} |")
+    seconds = notebook_seconds(result["rows"])
+    if seconds:
+        lines += ["", "| notebook | cold checks | seconds (min / median / max) |", "|---|---|---|"]
+        lines += [f"| {nb} | {len(v)} | {min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f} |"
+                  for nb, v in sorted(seconds.items())]
+    return "\n".join(lines) + "\n"
+
+
+def merge(parts: list[dict]) -> dict:
+    """One device's result from several runs of it (each call of a time-limited machine gives one): the runs of
+    each exercise put together, rounds renumbered, every summary made again."""
+    names = {part["device"]["name"] for part in parts}
+    units = {part.get("unit", "notebook") for part in parts}
+    if len(names) != 1 or len(units) != 1:
+        raise SystemExit(f"--merge takes runs of one device and one unit; these are {sorted(names)}, {sorted(units)}")
+    rows: dict = {}
+    for n, part in enumerate(parts):
+        for row in part["rows"]:
+            into = rows.setdefault((row["exercise"], row["what"]), {**row, "runs": []})
+            into["runs"] += [{**run, "round": run["round"] + 1000 * n} for run in row["runs"]]
+    for row in rows.values():
+        row["runs"].sort(key=lambda run: run["round"])
+        row["summary"] = summarise(row["runs"])
+    return {**parts[-1], "runs": max(len(r["runs"]) for r in rows.values()), "merged_from": len(parts),
+            "gpus": sorted({g for part in parts for g in part["gpus"]}), "rows": list(rows.values())}
+
+
+def gpu_list(text: str) -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count()
+    if text == "all":
+        return [str(i) for i in range(count)]
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    bad = [g for g in gpus if not g.isdigit() or int(g) >= count]
+    if bad or not gpus:
+        raise SystemExit(f"--gpus {text!r}: this machine has GPUs 0..{count - 1}")
+    return gpus
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=10, help="cold gradings per solution (default 10)")
+    parser.add_argument("--gpus", default="all", help="GPUs to spread the runs over: all, or indices 0,1,...")
+    parser.add_argument("--exercises", action="store_true",
+                        help="grade each solution's performance alone instead of whole notebooks")
+    parser.add_argument("--only", nargs="*", help="notebooks (02) or, with --exercises, exercises by id prefix")
+    parser.add_argument("--shape", action="append", default=[], metavar="EXERCISE=D1,D2,...",
+                        help="time an exercise at another benchmark shape (exploring; saved as -partial)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
+    parser.add_argument("--deadline-s", type=float,
+                        help="start no new run after this many seconds; the runs so far are saved")
+    parser.add_argument("--label", default="", help="a word for the file name of an exploring run")
+    parser.add_argument("--table", type=Path, help="print the table of a saved run and stop")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                        help="no GPU needed: one device's result from several saved runs, written to --out")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-shape", help=argparse.SUPPRESS)
+    parser.add_argument("--child-notebook", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_notebook is not None:
+        return child_notebook(args.child_notebook)
+    if args.child is not None:
+        shape = tuple(int(d) for d in args.child_shape.split(",")) if args.child_shape else None
+        return child(args.child, shape)
+    if args.merge:
+        missing = [str(p) for p in args.merge if not p.is_file()]
+        if missing:
+            parser.error(f"--merge: no such file: {', '.join(missing)}")
+        merged = merge([load(p) for p in args.merge])
+        path = save(merged, args.out / f"coldstart-{slug(merged['device']['name'])}.json")
+        print(table(merged))
+        print(f"saved {path}")
+        return 0 if all(row["summary"]["ok"] for row in merged["rows"]) else 1
+    if args.table:
+        if not args.table.is_file():
+            parser.error(f"--table: no such file: {args.table}")
+        print(table(load(args.table)))
+        return 0
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    shapes = {}
+    for item in args.shape:
+        ex_id, _, dims = item.partition("=")
+        try:
+            shapes[ex_id] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
+    if shapes and not args.exercises:
+        parser.error("--shape times one exercise alone: add --exercises")
+    if args.label and not args.label.replace("-", "").isalnum():
+        parser.error(f"--label {args.label!r}: letters, digits and dashes")
+    if not needs_gpu("coldstart"):
+        return 2
+    from autograder.measure import device
+
+    gpus = gpu_list(args.gpus)
+    started = time.perf_counter()
+    rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s)
+    result = {**record(device.profile()), "runs": args.runs, "deadline_s": args.deadline_s, "gpus": gpus, "only": args.only or [],
+              "unit": "exercise" if args.exercises else "notebook",
+              "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD,
+              "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
+    suffix = (f"-{args.label}" if args.label else "") + ("-exercises" if args.exercises else "")
+    suffix += "-partial" if args.only or shapes else ""
+    path = save(result, args.out / f"coldstart-{slug(result['device']['name'])}{suffix}.json")
+    print(table(result))
+    print(f"saved {path}")
+    return 0 if all(row["summary"]["ok"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The cold-start headroom benchmark (kernels/bench/coldstart.py) without a GPU: its summaries, merge and table
+from made-up runs, its child's result line on the CPU, and the rule it exists for: no bar of this commit sits
+above the worst committed cold run divided by the margin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.bench import coldstart
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((coldstart.RESULTS).glob("coldstart-*.json"))
+
+
+def _run(round_, frac, speedup, status="passed", bar=0.6, min_speedup=1.1):
+    return {"round": round_, "status": status, "gpu": "0", "wall_s": 30.0,
+            "bars": {"fraction_of_peak": [frac, bar], "speedup_over_eager": [speedup, min_speedup]}}
+
+
+def test_summary_takes_the_worst_run_and_names_a_safe_bar():
+    s = coldstart.summarise([_run(0, 0.80, 3.0), _run(1, 0.70, 2.9), _run(2, 0.84, 3.1)])
+    frac = s["bars"]["fraction_of_peak"]
+    assert (frac["min"], frac["median"], frac["max"]) == (0.70, 0.80, 0.84)
+    assert frac["spread"] == pytest.approx(0.84 / 0.70)
+    assert frac["margin"] == pytest.approx(0.70 / 0.6)
+    assert frac["safe_bar"] == 0.58  # 0.70 / 1.2 = 0.583, rounded down
+    assert not frac["ok"]  # 0.70 / 0.6 = 1.17 < 1.2: this bar is too high for the worst cold run
+    assert s["bars"]["speedup_over_eager"]["ok"]
+    assert not s["ok"] and s["passed"] == 3
+
+
+def test_a_failed_run_or_a_failed_criterion_is_never_ok():
+    assert not coldstart.summarise([_run(0, 0.9, 3.0), _run(1, 0.9, 3.0, status="failed")])["ok"]
+    failing = {**_run(0, 0.9, 3.0), "failed": ["correctness: 3 elements wrong"]}
+    s = coldstart.summarise([failing, _run(1, 0.9, 3.0)])
+    assert not s["ok"] and s["failed"] == ["correctness: 3 elements wrong"]
+    assert coldstart.summarise([_run(0, 0.9, 3.0), _run(1, 0.88, 3.0)])["ok"]
+
+
+def _notebook_result(name, n_runs, fracs):
+    results = {name: []}
+    for r in range(n_runs):
+        results[name].append({"round": r, "gpu": str(r % 2), "wall_s": 50.0, "seconds": 40.0 + r, "exercises": [
+            {"exercise": "02.rmsnorm", "status": "passed", "failed": [], "seconds": 5.0,
+             "bars": {"fraction_of_peak": [fracs[r], 0.8], "speedup_over_eager": [4.0, 1.2]}},
+            {"exercise": "02.predict_rmsnorm_bytes", "status": "not graded on performance", "failed": [],
+             "bars": {}, "seconds": 0.0}]})
+    return results
+
+
+def _result(rows, name="NVIDIA H100 80GB HBM3"):
+    return {"date": "2026-11-28", "torch": "2.11.0", "triton": "3.6.0", "device": {"name": name}, "runs": 3,
+            "gpus": ["0", "1"], "unit": "notebook", "rows": rows}
+
+
+def test_notebook_runs_become_one_row_per_exercise_with_the_notebook_seconds():
+    rows = coldstart.rows_of(_notebook_result("02_vertical_fusion", 3, [0.97, 0.99, 0.98]), notebook_mode=True)
+    by = {r["exercise"]: r for r in rows}
+    assert by["02.rmsnorm"]["summary"]["ok"] and by["02.rmsnorm"]["summary"]["runs"] == 3
+    assert by["02.predict_rmsnorm_bytes"]["summary"]["runs"] == 0  # not graded on speed: nothing to bar
+    assert coldstart.notebook_seconds(rows) == {"02_vertical_fusion": [40.0, 41.0, 42.0]}
+    text = coldstart.table(_result(rows))
+    assert "| 02.rmsnorm | fraction_of_peak | 3/3 | 0.970 | 0.980 | 0.990 |" in text
+    assert "| 02_vertical_fusion | 3 | 40 / 41 / 42 |" in text
+
+
+def test_a_crashed_notebook_is_a_row_that_fails():
+    results = {"07_fusion_for_training": [{"round": 0, "status": "crashed", "gpu": "0", "wall_s": 900,
+                                           "message": "timed out after 900 s", "bars": {}, "exercises": []}]}
+    rows = coldstart.rows_of(results, notebook_mode=True)
+    assert len(rows) == 1 and not rows[0]["summary"]["ok"]
+    assert "NOT OK: timed out" in coldstart.table(_result(rows))
+
+
+def test_merge_puts_the_runs_of_several_calls_together():
+    one = _result(coldstart.rows_of(_notebook_result("02_vertical_fusion", 2, [0.97, 0.99]), True))
+    two = _result(coldstart.rows_of(_notebook_result("02_vertical_fusion", 2, [0.70, 0.98]), True))
+    merged = coldstart.merge([one, two])
+    row = next(r for r in merged["rows"] if r["exercise"] == "02.rmsnorm")
+    assert len(row["runs"]) == 4 and len({r["round"] for r in row["runs"]}) == 4
+    assert row["summary"]["bars"]["fraction_of_peak"]["min"] == 0.70
+    assert not row["summary"]["ok"]  # 0.70 / 0.8 is under the margin
+    with pytest.raises(SystemExit, match="one device"):
+        coldstart.merge([one, _result(one["rows"], name="NVIDIA H200")])
+
+
+def test_the_child_prints_one_result_line_on_the_cpu():
+    """A cold run's process reports what it graded (on a CPU: performance not measured, said so)."""
+    index = next(i for i, (ex_id, _, _) in enumerate(coldstart.solutions()) if ex_id == "01.fused_chain")
+    p = subprocess.run([sys.executable, "-m", "kernels.bench.coldstart", "--child", str(index)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    lines = [line for line in p.stdout.splitlines() if line.startswith(coldstart.TAG)]
+    assert p.returncode == 0 and len(lines) == 1, p.stderr[-2000:]
+    result = json.loads(lines[0][len(coldstart.TAG):])
+    assert result["exercise"] == "01.fused_chain" and result["status"] in ("skipped", "failed")
+    assert "no GPU" in result["message"]
+
+
+def test_bad_arguments_are_refused_by_name():
+    for args, said in ((["--runs", "0"], "--runs"), (["--shape", "06.fake_quant=a,b", "--exercises"], "--shape"),
+                       (["--shape", "06.fake_quant=8,8"], "--exercises"), (["--table", "nowhere.json"], "no such")):
+        p = subprocess.run([sys.executable, "-m", "kernels.bench.coldstart", *args], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[p.stem for p in COMMITTED])
+def test_no_bar_sits_above_the_worst_cold_run_over_the_margin(path):
+    """Every committed cold-start table, scored against this commit's bars: a reference that a table says could
+    fail its bar (worst cold run under bar x MARGIN) fails here."""
+    from autograder import config
+    from autograder import specs as registry
+    from kernels.bench import headroom
+
+    result = json.loads(path.read_text())
+    assert {"date", "torch", "triton", "device"} <= set(result)
+    cfg = config.load()
+    for row in result["rows"]:
+        if row["exercise"] not in {ex.id for ex in registry.all_exercises()}:
+            continue
+        bar, min_speedup = headroom.thresholds(registry.get(row["exercise"]), cfg)
+        for name, b in row["summary"]["bars"].items():
+            now = min_speedup if name.endswith("speedup_over_eager") else b["bar"]
+            if name == "fraction_of_peak":
+                now = bar
+            assert b["min"] >= now * coldstart.MARGIN, (
+                f"{row['exercise']} {name}: worst cold run {b['min']:.3f} on {result['device']['name']} is under "
+                f"{coldstart.MARGIN} x the bar {now:.3f}; set the bar at most {b['min'] / coldstart.MARGIN:.2f}")
