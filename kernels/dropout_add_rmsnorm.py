@@ -3,8 +3,8 @@
 Element (i, j) of y is kept where tl.rand(seed, i * H + j) > p and then scaled by 1 / (1 - p); the keep mask
 is drawn inside the kernel from the seed, never stored: a backward pass draws the same mask again from the same
 seed. Bytes through HBM (|x| per activation):
-    unfused: a mask drawn and stored (write 1), dropout (read 2, write 1), add (read 2, write 1),
-             RMSNorm in 3 kernels (~5)                                                    ~12|x|
+    unfused: dropout (read y, write the result and a one-byte mask), add (read 2, write 1),
+             RMSNorm in 3 kernels (~5)                                          ~10|x| and the mask
     fused:   read x and y, write out and h                                                   4|x|
 """
 

@@ -539,7 +539,7 @@ if ON_GPU:
     }
 time_against_model(versions, {"your add_rmsnorm": add_bytes, "eager (add + 3 kernels)": 8 * M * H * 2}, 4 * M * H * 2, "add + RMSNorm", "32768 x 4096 bf16")
 versions.clear()
-x = None  # the benchmark's tensors go back before the next measurement
+x = r = None  # the benchmark's tensors go back before the next measurement
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-add-md", "locked": true, "schema_version": 3, "solution": false}
 # **Question (1 point).** Your fused kernel writes the new residual `s` to HBM although the next line of the
@@ -1180,7 +1180,7 @@ if ON_GPU:
     }
 time_against_model(versions, {"your rmsnorm_backward": bwd_bytes}, 3 * M * H * 2, "RMSNorm backward", "32768 x 4096 bf16")
 versions.clear()
-x = None  # the benchmark's tensors go back before the next measurement
+x = dy = None  # the benchmark's tensors go back before the next measurement
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-backward-md", "locked": true, "schema_version": 3, "solution": false}
 # **Question (1 point).** Your backward recomputes `rstd` from `x` rather than having the forward pass save it.
@@ -1227,8 +1227,8 @@ else:
 # ## 7. Dropout in the kernel
 #
 # Training applies dropout to a sub-layer's output before the residual add: `h = x + dropout(y, p)`, then the
-# next norm. Unfused, PyTorch draws a random mask tensor, multiplies, adds and normalises: about `12|x|` of traffic
-# with the mask. Fused, the mask never exists in memory. Triton's `tl.rand(seed, offsets)` computes a random number
+# next norm. Unfused, PyTorch's dropout kernel draws the mask and writes it out beside the result (for the
+# backward), then come the add and the norm: about `10|x|` of traffic, plus the mask. Fused, the mask never exists in memory. Triton's `tl.rand(seed, offsets)` computes a random number
 # in `[0, 1)` from a seed and an integer offset alone (the Philox generator: ten rounds of multiplications and
 # xors, integer work in registers), so each element's draw is a pure function of `(seed, offset)`. The forward
 # pass draws it, and a backward pass draws exactly the same number again from the same seed and offset: it needs
@@ -1388,8 +1388,8 @@ else:
 # ### Your fused dropout against your prediction
 #
 # Timed at 32768 × 4096 in bf16: your kernel, eager PyTorch (`F.dropout`, which draws and stores a mask, then add
-# and RMSNorm) and `torch.compile` of it; your kernel against your byte count, eager against its `12|x|`-ish
-# (counting the one-byte mask as half an x-sized bf16 tensor).
+# and RMSNorm) and `torch.compile` of it; your kernel against your byte count, eager against its `10|x|` plus
+# the one-byte-an-element mask.
 
 # %% nbgrader={"grade": false, "grade_id": "drop-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -1404,9 +1404,9 @@ if ON_GPU:
         "your dropout_add_rmsnorm": lambda: dropout_add_rmsnorm(x, y, w, 0.1, 1234, EPS),
         "torch.compile": lambda: compiled(x, y, w, 0.1, 0, EPS),
     }
-time_against_model(versions, {"your dropout_add_rmsnorm": drop_bytes, "eager (mask, dropout, add, 3 kernels)": M * H + 11 * M * H * 2}, 4 * M * H * 2, "dropout + add + RMSNorm", "32768 x 4096 bf16")
+time_against_model(versions, {"your dropout_add_rmsnorm": drop_bytes, "eager (mask, dropout, add, 3 kernels)": M * H + 10 * M * H * 2}, 4 * M * H * 2, "dropout + add + RMSNorm", "32768 x 4096 bf16")
 versions.clear()
-x = None  # the benchmark's tensors go back before the next measurement
+x = y = None  # the benchmark's tensors go back before the next measurement
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-dropout-md", "locked": true, "schema_version": 3, "solution": false}
 # **Question (1 point).** Your kernel computes ten rounds of Philox for
