@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autograder.measure import capability
-from autograder.criteria import performance as grade_perf
+from autograder.criteria import at_size
 from autograder.measure.capability import Capability
 from autograder.criteria.outputs import output_problem
 
@@ -81,7 +81,7 @@ def test_an_eager_version_that_does_not_fit_is_not_held_against_the_student(monk
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (6 * GIB, 16 * GIB))
-    call, note = grade_perf._eager_if_it_fits(Ex, ())
+    call, note = at_size.eager_if_it_fits(Ex, ())
     assert call is None
     assert "does not fit" in note and "6.0 GiB free" in note and "not required" in note
 
@@ -90,7 +90,7 @@ def test_an_eager_version_that_does_not_fit_is_not_held_against_the_student(monk
         def eager(*args):
             return sum(args)
 
-    call, note = grade_perf._eager_if_it_fits(Fits, (1, 2))
+    call, note = at_size.eager_if_it_fits(Fits, (1, 2))
     assert call() == 3 and note == ""
 
 
@@ -112,7 +112,7 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_form_checked_and_says_
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     ex = dataclasses.replace(registry.get("05.flash_attention"), reference=big)
     q, k, v = (torch.randn(1, 2, 16, 8, dtype=torch.float16) for _ in range(3))
-    shapes, note = grade_perf._reference_at_size(ex, {"q": q, "k": k, "v": v, "causal": True})
+    shapes, note = at_size.reference_at_size(ex, {"q": q, "k": k, "v": v, "causal": True})
     assert [tuple(s.shape) for s in shapes] == [(1, 2, 16, 8), (1, 2, 16)]  # the output and its log-sum-exp
     assert all(s.device.type == "meta" for s in shapes)
     assert "does not fit" in note and "correctness shapes" in note

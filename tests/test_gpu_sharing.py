@@ -205,6 +205,27 @@ def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(m
         assert why and ("busy" in why or "of this GPU's profile" in why)
 
 
+@pytest.mark.parametrize("spreads, tries, graded", [
+    ([0.02], 1, 0.02),  # steady turns: graded at once
+    ([0.60, 0.05], 2, 0.05),  # a first try that met cold clocks: taken again, the steady one graded
+    ([0.60, 0.30, 0.45], 3, 0.30),  # never steady: the steadiest of the tries, not the fastest
+])
+def test_turns_that_spread_are_taken_again_and_the_steadiest_graded(monkeypatch, spreads, tries, graded):
+    from autograder.criteria import performance as grade_perf
+    from autograder.criteria.performance import Timings
+
+    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+                        lambda wait_s=gpu_share.WAIT_S, since_us=None: gpu_share.Sharing(True, [], 0))
+    tries_made = iter(spreads)
+    calls = []
+    # the fastest try is the noisiest one: grading it would reward noise
+    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: calls.append(1) or Timings(
+        yours_ms=1.0 if (s := next(tries_made)) > 0.5 else 2.0, eager_ms=4.0, peak_ms=1.0, spread=s))
+    t, why = grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    assert len(calls) == tries and why == "" and t.spread == graded
+    assert ("Timed again" in t.note) == (tries > 1)
+
+
 def test_not_measured_stops_a_required_cell_without_failing_it():
     from autograder import config
     from autograder.criteria import performance as grade_perf

@@ -3,7 +3,7 @@
 
 Everything else is sized the same on every GPU: the graded shapes (small) and the benchmark shapes of the
 performance criterion (see `lines`), whose unfused eager yardstick is left out, and not required, where it
-does not fit (grade_perf._eager_if_it_fits).
+does not fit (criteria.at_size.eager_if_it_fits).
 """
 
 from __future__ import annotations
