@@ -1302,6 +1302,9 @@ else:
 #   each. On large tensors the bytes dominate, on tiny ones the launches.
 # * A Triton kernel is a grid of programs, each owning a block: offsets from `tl.program_id` and `tl.arange`, a
 #   mask for the edges, strides for any layout. Draw the programs when in doubt.
+# * When a kernel is wrong, look inside it: the interpreter runs it as Python you can print from and stop in,
+#   `tl.static_print` shows what the compiler knows and `tl.device_print` what a GPU computes. Passing in the
+#   interpreter is not compiling on a GPU: a Python `if` on a block or a small `tl.dot` gets through there.
 # * A fused kernel is judged against the copy bandwidth measured on the same GPU: a memory-bound kernel that
 #   reaches 90% or more of it has nothing left to gain.
 #
