@@ -13,6 +13,7 @@ from autograder import runtime
 from autograder import specs as registry
 from autograder.specs.horizontal_fusion import qkv_projection_eager
 from autograder.specs.horizontal_fusion import row_sum_sumsq_eager
+from autograder.specs.lora import lora_eager
 from autograder.criteria.cases import case_inputs as _inputs
 from autograder.criteria.outputs import as_tuple as _as_tuple, compare as _compare, relative_error as _rel_err, tolerance
 from autograder.criteria.precision import precision_bound
@@ -102,6 +103,12 @@ def _gemm_epilogue_fp32(x, w, b, r):
 def _swiglu_fp32(x, w_gate, w_up):
     g, u = x.float() @ w_gate.float(), x.float() @ w_up.float()
     return (F.silu(g) * u).to(x.dtype)
+
+
+def _lora_fp32(x, w, a, b, scale):
+    """The taught LoRA kernel: float32 accumulators, s x A^T rounded once to the inputs' dtype, y once."""
+    xa = (scale * (x.float() @ a.float().t())).to(x.dtype)
+    return (x.float() @ w.float().t() + xa.float() @ b.float().t()).to(x.dtype)
 
 
 def _sdpa(q, k, v, causal=False):
@@ -226,6 +233,7 @@ TORCH_VERSIONS = [
     ("03.row_sum_sumsq", row_sum_sumsq_eager), ("03.qkv_projection", qkv_projection_eager),
     ("03.qkv_projection", _qkv_one_gemm),
     ("04.gemm_gelu_residual", _gemm_epilogue_fp32), ("04.swiglu", _swiglu_fp32),
+    ("04.lora", lora_eager), ("04.lora", _lora_fp32),
     ("05.softmax", _softmax), ("05.softmax", _softmax_online),
     ("05.flash_attention", _sdpa), ("05.flash_attention", _attention_online),
     ("05.linear_cross_entropy", _cross_entropy), ("05.linear_cross_entropy", _cross_entropy_streaming),
@@ -318,7 +326,7 @@ def test_torch_adamw_meets_the_step_bounds(impl):
 # Where PyTorch has no op, torch.compile of the eager code is what "PyTorch's own" means: graded on a GPU, bf16
 # included. (The linear cross-entropy is left out: the exercise asks for float32 logits, and the compiled eager
 # code keeps the GEMM's bf16 logits, the rounding the exercise names.)
-COMPILED = ["01.fused_chain", "02.add_rmsnorm", "03.row_sum_sumsq", "04.gemm_gelu_residual", "04.swiglu"]
+COMPILED = ["01.fused_chain", "02.add_rmsnorm", "03.row_sum_sumsq", "04.gemm_gelu_residual", "04.swiglu", "04.lora"]
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 03 · Horizontal fusion: shared inputs, sibling reductions, one launch for many tensors
 #
-# About 5 hours · difficulty ★★☆ · prerequisites: notebooks 01 and 02 (the cost model, row-wise Triton kernels)
+# About 3-5 hours · difficulty ★★☆ · prerequisites: notebooks 01 and 02 (the cost model, row-wise Triton kernels)
 #
 # Notebooks 01 and 02 fused a producer into its consumer. This one fuses **siblings**: operations with no
 # data dependency between them, side by side. Two things can be saved that way:
@@ -106,7 +106,25 @@ if ON_GPU:
 # through HBM, as two separate reduction kernels and as one fused kernel, two integers. Both outputs are
 # float32 vectors of `rows` values; count them too, and assume every read misses the cache.
 #
-# **Hints** *(optional)*. Each reduction kernel reads all of `x` and writes its own output.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Count what each kernel reads and writes through HBM; nothing stays on chip from one kernel to the next.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `x` is `rows·cols·elem_bytes` bytes; each output is `rows` float32 values, 4 bytes each. Two reduction kernels
+# each read all of `x` and write their own output; the fused kernel reads `x` once and writes both outputs.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Two kernels: `2·|x| + 8·rows`; fused: `|x| + 8·rows`. The traps: the outputs are float32 whatever
+# `elem_bytes` is, and the fused kernel still writes both of them.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 03.predict_row_stats_bytes -->
@@ -148,9 +166,34 @@ for name, ms in stats_model_ms.items():
 # values of a few hundred, whose squares do not fit in float16, and it measures the error for rows of 1024 to
 # 65536 elements.
 #
-# **Hints** *(optional)*. Loop over a row in blocks with a running float32 sum per lane, and reduce the lanes once
-# at the end. A program can own several short rows at once: `BLOCK_M × BLOCK_N` tiles reduced along `axis=1`.
-# Speed: blocks of a few hundred columns keep more loads in flight than one block spanning a long row.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Both statistics need every element of a row once, so one loop over the row can feed two running sums:
+# everything the second kernel would read is already in registers.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# A program owns `BLOCK_M` rows; it loops over the columns `BLOCK_N` at a time, loads a `(BLOCK_M, BLOCK_N)`
+# tile through both strides, and adds it and its square into two float32 accumulators of that shape. After the
+# loop, `tl.sum(..., axis=1)` of each, and two masked stores.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `v = tl.load(ptrs, mask=row_mask[:, None] & (cols[None, :] < N), other=0.0).to(tl.float32)`, then
+# `acc += v` and `acc2 += v * v`. The traps: upcast before squaring (a float16 square of a few hundred
+# overflows), use `x.stride(1)` too (transposed inputs), and mask the rows past `M` at the store.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Blocks of a few hundred columns keep more loads in flight than one block spanning a long row; when rows are
+# short, give a program several of them (`BLOCK_M > 1`) so that each load is still wide.
+#
+# </details>
 #
 # **Graded.**
 # <!-- graded: 03.row_sum_sumsq -->
@@ -390,7 +433,7 @@ plt.show()
 # * **Round once, store once.** After the loop the tile is cast to the output's dtype and stored, masked.
 # * **Order of the tiles.** `grouped_tile` numbers the tiles so that programs running at the same time share
 #   rows of `x` and columns of `w` in L2 (notebook 04 measures what that is worth).
-# * **float32.** `tl.dot` rounds float32 operands to TF32 (10 bits of mantissa) unless given
+# * **float32.** `tl.dot` rounds float32 operands to TF32 (11 significant bits) unless given
 #   `input_precision="ieee"`; PyTorch's float32 matmul does not, hence `dot_precision`.
 #
 # Strides make transposes free: `w_qkv` is stored `(N, K)` (`nn.Linear`'s layout), and `w_qkv.T` is the same
@@ -416,11 +459,36 @@ print(f"x @ w.T, {tuple(got.shape)}: largest difference from torch {(got - x_dem
 # computed by **one** Triton GEMM kernel that writes one `(M, N)` output, of which `q`, `k` and `v` are **views**
 # (column slices).
 #
-# **Hints** *(optional)*. Follow the worked matmul above: one program per output tile, one float32 accumulator
-# for the whole K loop, masked loads and store. Read `w_qkv` with its strides swapped (no transpose is ever
-# materialised); your kernel may call `tiled.tile_dot` and `tiled.grouped_tile` directly. For float32 pass
-# `input_precision="ieee"` to `tl.dot`. Speed at decode (16 rows): small tiles (`BLOCK_M = 16`, `BLOCK_N = 32`,
-# `BLOCK_K = 128`) stream the weight through many programs; larger tiles suit larger `M`.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Stacked along `N`, the three weights are one matrix: one GEMM reads `x` once and writes one output, and `q`,
+# `k` and `v` are just three column ranges of it.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Follow the worked matmul above: one program per output tile, one float32 accumulator for the whole K loop,
+# masked loads and store. Read `w_qkv` as `w_qkv.T` by swapping its two strides (no transpose is ever
+# materialised); your kernel may call `tiled.tile_dot` and `tiled.grouped_tile` directly. Then slice the output
+# `out[:, :n_q]`, `out[:, n_q:n_q + kv_width]`, `out[:, n_q + kv_width:]`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `tiled.tile_dot(x_ptr, w_ptr, rm, rn, M, N, K, x.stride(0), x.stride(1), w.stride(1), w.stride(0), ...)`: the
+# weight's strides go in as `(stride along K, stride along N)`. The traps: `n_q = N - 2·kv_width`; return views,
+# never `.contiguous()` copies (the grader checks they share one buffer); for float32 pass
+# `input_precision="ieee"` to `tl.dot`, since by default it rounds to TF32.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# At decode (16 rows) small tiles (`BLOCK_M = 16`, `BLOCK_N = 32`, `BLOCK_K = 128`) stream the weight through
+# many programs; larger tiles suit larger `M`.
+#
+# </details>
 #
 # **Graded.** Performance is measured at an 8B-class model's decode shape, each version replayed from a CUDA
 # graph so that the host's launch cost stays out.
@@ -594,10 +662,36 @@ for t, per, one in zip(TS, model_per_tensor, model_one_launch):
 # `grads` are only read. The number of kernel launches must not grow with the number of tensors (at most 2: a
 # kernel, and an upload of your table when it is new).
 #
-# **Hints** *(optional)*. Compute the bias corrections on the host, once per step, and pass plain floats. Build
-# the table of addresses and block offsets once per list of tensors and keep it (keyed on the addresses and
-# sizes) while the same tensors come back. Speed: `tl.multiple_of` tells the compiler what the launcher
-# guarantees about alignment, and full blocks need no mask.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# One launch cannot take a Python list, but it can take a table: the tensors' addresses and sizes in a small
+# integer tensor, from which each program finds the tensor and the block it updates.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# On the host: the four lists' `data_ptr()`s in an int64 tensor, and for every block of work the index of its
+# tensor and its first element; upload them once per list of tensors and keep them (keyed on the addresses and
+# sizes) while the same tensors come back. Compute the bias corrections on the host, once per step, and pass
+# plain floats. In the kernel, a program reads its row of the tables and turns an address into a pointer.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `p_ptr = tl.load(addr_ptr + t).to(tl.pointer_type(tl.float32))`, and the same for the other three lists;
+# update in float32 in the order of the spec (decay `p` first, then `m` and `v`, then `p`). The traps: empty
+# tensors get no blocks; `grads` are only read; the step size is `lr / (1 − beta1ᵗ)` and the denominator
+# `sqrt(v) / sqrt(1 − beta2ᵗ) + eps`, with `eps` outside the square root.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# `tl.multiple_of` tells the compiler what the launcher guarantees about alignment, and full blocks need no
+# mask.
+#
+# </details>
 #
 # **Graded.** Correctness over consecutive steps against a float64 reference, precision over 20 steps, speed
 # over 200 tensors of about 5·10⁷ parameters against the 7 passes a step must make.

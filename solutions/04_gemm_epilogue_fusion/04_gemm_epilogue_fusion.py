@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
-# # 04 · GEMM epilogue fusion: bias, GELU and residual in the matmul, and a fused SwiGLU
+# # 04 · GEMM epilogue fusion: bias, GELU and residual in the matmul, a fused SwiGLU and a fused LoRA
 #
-# About 4 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row-wise fused kernel)
+# About 5-7 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row-wise fused kernel)
 # and 03 (the tiled matmul and the fused QKV projection)
 #
 # In notebook 03 you wrote (or read) a tiled matmul in Triton: a program per output tile, a loop over `K`,
@@ -35,14 +35,18 @@
 #    an optional, ungraded exercise;
 # 6. fuse two GEMMs and their epilogue: the **fused SwiGLU** (exercise 04.swiglu), with an optional Hopper
 #    version;
-# 7. answer three short written questions about what you measured.
+# 7. **predict** what a LoRA adapter adds to a GEMM (graded), fuse it into the GEMM (exercise 04.lora), and
+#    measure it against the unfused adapter and the merged weight;
+# 8. answer four short written questions about what you measured.
 #
 # | exercise | what | time · difficulty | points |
 # |---|---|---|---|
 # | 04.predict_epilogue_bytes | the epilogue's HBM bytes, unfused and fused | 15 min · ★☆☆ | 2 |
 # | 04.gemm_gelu_residual | GEMM + bias + GELU + residual in one kernel | 90 min · ★★★ | 13 |
 # | 04.swiglu | two GEMMs and `silu(g)·u` in one kernel | 60 min · ★★☆ | 10 |
-# | three written questions | | 20 min | 3 |
+# | 04.predict_lora_overhead | a LoRA adapter's extra flops and bytes | 15 min · ★☆☆ | 2 |
+# | 04.lora | a GEMM with its low-rank adapter in one kernel | 60 min · ★★★ | 10 |
+# | four written questions | | 25 min | 4 |
 #
 # The kernel exercises are graded on correctness, precision, measured TFLOP/s and fusion (how many kernels
 # a call launches). Each cell that times or calls your kernels comes after the exercise's tests; until you
@@ -65,6 +69,7 @@ from tqdm.auto import tqdm
 from autograder import check, runtime
 from autograder.specs import gemm_epilogue_fusion as epi_ops  # float64 reference and eager version of exercise 04.gemm_gelu_residual's op
 from autograder.specs import gemm_epilogue_fusion as swiglu_ops  # the same for exercise 04.swiglu's
+from autograder.specs import lora as lora_ops  # the same for exercise 04.lora's, with the weight merge
 from autograder.teach.plots import launch_seconds, peaks
 from autograder.measure.timing import bench_interleaved, bench_ms, cuda_graph, not_written, written_versions
 from kernels import matmul as tiled  # section 1's tiled matmul
@@ -261,7 +266,8 @@ else:
 # `out`. cuBLASLt's epilogues (`D = act(α·A·B + β·C)`, with `C = r`) do the same.
 #
 # ![](figures/gemm_tile_epilogue.svg)
-#
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-epilogue-card", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 04.predict_epilogue_bytes · the epilogue's bytes, before measuring (about 15 min · ★☆☆)
 #
 # **Spec.** Write `predicted_epilogue_bytes(m, k, n, elem_bytes)` returning the pair `(unfused_bytes,
@@ -270,9 +276,29 @@ else:
 # kernels, then as one fused GEMM. Count each tensor a kernel reads or writes once (caches aside), in bytes,
 # as Python ints.
 #
-# **Hints** *(optional)*. The table above has it in units of `|y|`; `|x| = m·k·elem_bytes`. The cell after
-# the test turns your bytes into times (`max(bytes / bandwidth, flops / peak)` plus the launches), and the
-# measurement after exercise 04.gemm_gelu_residual draws them against your kernel.
+# The cell after the test turns your bytes into times (`max(bytes / bandwidth, flops / peak)` plus the
+# launches), and the measurement after exercise 04.gemm_gelu_residual draws them against your kernel.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The table above has the answer in units of `|y|`: go down its rows and turn each tensor into bytes.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `|x| = m·k·elem_bytes`, `|W| = k·n·elem_bytes`, `|b| = n·elem_bytes`, `|y| = m·n·elem_bytes`. Both versions
+# read `x`, `W` and `b` once; they differ only in how many `(m, n)` tensors pass through HBM.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# Unfused: `|x| + |W| + |b| + 6|y|`; fused: `|x| + |W| + |b| + 2|y|`. The traps: counting the bias as a kernel
+# of its own (it rides in `addmm`), forgetting that the fused kernel still reads `r`, and returning elements
+# instead of bytes.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -348,7 +374,8 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # the `4|y|` saved is still close to half the time up to 16384 rows. At `M = N = 8192` the ratio falls from
 # about 3 at `K = 256` to 1.1 at `K = 8192`: there the product's flops hide the epilogue, and what decides
 # the time is how close the fused GEMM gets to cuBLAS.
-#
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "gemm_gelu_residual-card", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 04.gemm_gelu_residual · GEMM + bias + GELU + residual in one kernel (about 90 min · ★★★)
 #
 # **Spec.** `gemm_gelu_residual(x, w, b, r) -> out`, `out = gelu_tanh(x @ w + b) + r` with
@@ -360,17 +387,42 @@ for k, (u, f) in zip(KS_EPI, model_k):
 # and round once, at the store. For float32 inputs use `input_precision="ieee"` in `tl.dot`
 # (`dot_precision(dtype)` returns it).
 #
-# **Hints** *(optional)*.
-# * `grouped_tile` and `tile_dot` (section 1) do the tile order and the K loop;
-#   `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))` needs one `tl.exp`.
-# * Registers: a `128 × 256` float32 accumulator is 128 a thread already, and `r`'s tile and GELU's
-#   temporaries on top spill. Use `64 × 128` tiles with 4 warps (they suit the timed short-`K` shape too:
-#   one program's epilogue runs while another's products do), or apply the epilogue one column half at a
-#   time; the compiled kernel's `n_spills` tells.
-# * Speed trick, not needed for the grade: for bf16 results take `tanh` from NVIDIA's `tanh.approx.f32`
-#   (one special-function instruction where `exp` and the division take two, through
-#   `tl.inline_asm_elementwise`; error about 2⁻¹¹, a tenth of a bf16 rounding). Keep the exact form for
-#   fp32 and fp16, in the interpreter and on other GPUs.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Section 1's kernel already leaves the finished tile in a float32 accumulator. Everything this exercise adds
+# happens between the end of the K loop and the store, on that accumulator, with one extra load each for `b`
+# and `r`.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `grouped_tile` gives the tile, `tile_dot` the K loop (both from section 1). Then load `b[rn]` (a row vector,
+# masked with `rn < N`) and the `r` tile with its two strides (masked like the store), add the bias with
+# `bias[None, :]`, apply the GELU, add `r`, and store `.to(out_ptr.dtype.element_ty)`. Write the GELU as a
+# `@triton.jit` function of its own: `0.5·(1 + tanh(z)) = 1 / (1 + e^(−2z))` needs one `tl.exp`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `u = acc + bias[None, :]`; `z = 0.7978845608028654 * (u + 0.044715 * u * u * u)`;
+# `y = u / (1 + tl.exp(-2 * z)) + res.to(tl.float32)`. The traps: the residual belongs *after* the GELU, the
+# bias *inside* it; load `b` and `r` as float32 before the arithmetic, not after; mask both loads as well as the
+# store, since edge tiles hang past `M` and `N`.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# * Registers: a `128 × 256` float32 accumulator is 128 a thread already, and `r`'s tile and GELU's temporaries
+#   on top spill. Use `64 × 128` tiles with 4 warps (they suit the timed short-`K` shape too: one program's
+#   epilogue runs while another's products do), or apply the epilogue one column half at a time
+#   (`tl.split` of the reshaped accumulator); the compiled kernel's `n_spills` tells.
+# * For bf16 results take `tanh` from NVIDIA's `tanh.approx.f32` through `tl.inline_asm_elementwise`: one
+#   special-function instruction where `exp` and the division take two; its error, about 2⁻¹¹, is a tenth of
+#   a bf16 rounding. Keep the exact form for fp32 and fp16, in the interpreter and on other GPUs.
+#
+# </details>
 #
 # **Graded.**
 #
@@ -796,7 +848,8 @@ for m in SWIGLU_MS:
 # fusing saves the launches and the small intermediates; at prefill the product dominates, and the fused
 # kernel saves `|x|` and `6|h|` (a few hundred MiB), about a tenth of the time, if its GEMM keeps up with
 # cuBLAS.
-#
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-card", "locked": true, "schema_version": 3, "solution": false}
 # ### Exercise 04.swiglu · two GEMMs and their gate in one kernel (about 60 min · ★★☆)
 #
 # **Spec.** `swiglu(x, w_gate, w_up) -> h`, `h = silu(x @ w_gate) · (x @ w_up)` with
@@ -806,9 +859,34 @@ for m in SWIGLU_MS:
 # K loop, one `x` tile per step used by both `tl.dot`s, two float32 accumulators, `silu(g)·u` computed in
 # float32 and rounded once. `input_precision="ieee"` for fp32.
 #
-# **Hints** *(optional)*. Start from your exercise 04.gemm_gelu_residual kernel: `tile_dot` computes one
-# product, so write the loop out here to share the `x` tile. Two `128 × 128` accumulators cost the registers
-# of one `128 × 256`; `64 × 128` tiles suit the timed short-`K` shape, as in exercise 04.gemm_gelu_residual.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Both products read the same `x` tile at every K step. Load it once and feed it to two `tl.dot` calls, each
+# with its own accumulator; the gate is applied only when both are complete.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Start from your exercise 04.gemm_gelu_residual kernel. `tile_dot` computes one product, so write its loop out
+# here: three pointer blocks (`x`, `w_gate`, `w_up`, each with its own strides), one masked load of `x` and two
+# of the weights a step, two float32 accumulators. After the loop, one elementwise line and one masked store.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `gate = tl.dot(a, g_tile_values, gate, input_precision=PRECISION)`, `up` likewise with the same `a`; after
+# the loop `h = gate / (1 + tl.exp(-gate)) * up`. The traps: SiLU goes on the gate only (`silu(g)·u`, not
+# `silu(g)·silu(u)` nor `sigmoid(g)·u`), and both weights' pointers advance by `BLOCK_K` rows each step.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Two `128 × 128` accumulators cost the registers of one `128 × 256`; `64 × 128` tiles with 4 warps suit the
+# timed short-`K` shape, as in exercise 04.gemm_gelu_residual.
+#
+# </details>
 #
 # **Graded.** Timed at a `d_model = 256` model's gate and up projections (32768 × 256 → 2048 each).
 #
@@ -952,6 +1030,343 @@ for m, row in swiglu_us.items():
 # layers so that the down projection starts while `h` is on chip; batching more tokens per weight read helps
 # most of all.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 6. A low-rank adapter inside the GEMM: fused LoRA
+#
+# LoRA fine-tunes a frozen linear layer `W` `(N, K)` by adding a **low-rank** update: two thin matrices
+# `A` `(r, K)` and `B` `(N, r)` with a rank `r` of 8 to 64, and a scale `s` (LoRA's `α / r`):
+# `y = x Wᵀ + s·(x Aᵀ) Bᵀ`. The adapter's work is small, `2·M·r·(K + N)` flops against the base product's
+# `2·M·N·K`, but run as PyTorch writes it (as the PEFT library does) it is four more kernels:
+#
+# | kernel | reads | writes | traffic, in elements |
+# |---|---|---|---|
+# | `base = x @ W.T` | `x`, `W` | `base` | `MK + NK + MN` |
+# | `xa = x @ A.T` | `x` again, `A` | `xa` | `MK + rK + Mr` |
+# | `l = xa @ B.T` | `xa`, `B` | `l` | `Mr + Nr + MN` |
+# | `sl = s * l` | `l` | `sl` | `2MN` |
+# | `y = base + sl` | `base`, `sl` | `y` | `3MN` |
+# | **fused**, one kernel | `x`, `W`, `A`, `B` | `y` | `MK + NK + rK + Nr + MN` |
+#
+# A third way folds the adapter into the weight once, `W' = W + s·B A` (a GEMM of `2·N·r·K` flops and a pass
+# over `W`), after which each call is the base GEMM itself. Which one is right depends on how often `A` and `B`
+# change, which is the question at the end of this section.
+#
+# The fused kernel is this notebook's GEMM with one more accumulator. Each K step loads an `x` tile anyway;
+# multiplied by the `(BLOCK_K, r)` tile of `Aᵀ` as well, it builds the `(BLOCK_M, r)` tile of `x Aᵀ` beside the
+# output tile: `r` floats a row, a few registers a thread. After the loop the epilogue multiplies that tile by
+# the output tile's columns of `Bᵀ` `(r, BLOCK_N)` and adds the product into the accumulator, so `x Aᵀ` never
+# reaches HBM and `x` is read once.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "predict-lora-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 04.predict_lora_overhead · what an adapter costs, before measuring (about 15 min · ★☆☆)
+#
+# **Spec.** `predicted_lora_overhead(m, k, n, r) -> (extra_flops, extra_bytes)`, two floats: what a rank-`r`
+# adapter adds to the base GEMM `x Wᵀ` (`x (m, k)`, `W (n, k)`), each as a fraction of the base GEMM's own
+# count. `extra_flops`: the adapter's two products over the base product's `2·m·n·k`. `extra_bytes`: the HBM
+# traffic of the unfused route in the table beyond the base GEMM's row, over that row (`x` and `W` read, `y`
+# written). Every tensor has one dtype, so the element size cancels.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Both answers are ratios of counts you can read off the table: one product row against the others, one
+# traffic row against the rest.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# A product of an `(a, b)` matrix by a `(b, c)` one costs `2·a·b·c` flops; the adapter has two, `x Aᵀ` and
+# `(x Aᵀ) Bᵀ`. For the bytes, add the traffic of the four rows below the base GEMM's and divide by
+# `m·k + n·k + m·n`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `extra_flops = r·(k + n) / (n·k)`; the unfused adapter moves `m·k + r·k + 2·m·r + n·r + 6·m·n` elements. The
+# traps: `x` is read a second time by `x @ A.T`, `x Aᵀ` is written and read back (`2·m·r`), and the scale is a
+# pass of its own.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 04.predict_lora_overhead -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_lora_overhead", "locked": false, "schema_version": 3, "solution": true}
+def predicted_lora_overhead(m: int, k: int, n: int, r: int) -> tuple[float, float]:
+    """(extra_flops, extra_bytes) of a rank-r adapter on x (m, k) @ W.T, W (n, k), relative to the base GEMM."""
+    ### BEGIN SOLUTION
+    flops = r * (k + n) / (n * k)  # 2 m r (k + n) over 2 m n k
+    unfused = m * k + r * k + 2 * m * r + n * r + 6 * m * n  # x again, A, xa both ways, B, l, s*l, the add
+    return flops, unfused / (m * k + n * k + m * n)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_lora_overhead", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("04.predict_lora_overhead", predicted_lora_overhead, criteria=["correctness"]).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-model-md", "locked": true, "schema_version": 3, "solution": false}
+# The cell below turns your ratios into times with section 2's roofline: the base GEMM at `max(bytes / BW,
+# flops / peak)` plus a launch; the unfused route adds your extra bytes at copy bandwidth and four launches;
+# the fused kernel adds your extra flops to the product and `A` and `B` to its bytes; the merged weight costs
+# the base GEMM alone. The shape is a 7B model's attention projection (`4096 → 4096`) with a rank-16 adapter,
+# from decode to prefill. Until your function is written, the cell uses the course's own count and says so.
+
+# %% nbgrader={"grade": false, "grade_id": "lora-model", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+try:
+    predicted_lora_overhead(1, 1, 1, 8)
+    lora_overhead = predicted_lora_overhead
+except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
+    if not not_written(exc):
+        raise
+    print(f"predicted_lora_overhead is not written yet ({type(exc).__name__}): the model below uses the course's "
+          "own count until you write it and run this cell again")
+    lora_overhead = lora_ops.lora_overhead_reference
+
+K_LORA, N_LORA, R_LORA = 4096, 4096, 16
+MS_LORA = runtime.demo_points([16, 64, 256, 1024, 4096, 16384])
+
+
+def lora_model_us(m, k=K_LORA, n=N_LORA, r=R_LORA, e=2):
+    """{version: µs} from the predicted ratios, each version at its roofline plus its launches."""
+    extra_flops, extra_bytes = lora_overhead(m, k, n, r)
+    base_bytes, base_flops = e * (m * k + n * k + m * n), 2 * m * n * k
+    base = max(base_bytes / (bw_gbps * 1e9), base_flops / (peak_tflops * 1e12)) + launch_s
+    fused = max((base_bytes + e * r * (k + n)) / (bw_gbps * 1e9),
+                (1 + extra_flops) * base_flops / (peak_tflops * 1e12)) + launch_s
+    unfused = base + extra_bytes * base_bytes / (bw_gbps * 1e9) + 4 * launch_s
+    return {"model: merged weight": 1e6 * base, "model: unfused adapter": 1e6 * unfused, "model: fused": 1e6 * fused}
+
+
+lora_model = {m: lora_model_us(m) for m in MS_LORA}
+print(f"The model of a {K_LORA} → {N_LORA} layer with a rank-{R_LORA} adapter in bf16 on {peak_label}:")
+for m in MS_LORA:
+    extra_flops, extra_bytes = lora_overhead(m, K_LORA, N_LORA, R_LORA)
+    print(f"  M={m:<6} the adapter adds {100 * extra_flops:.2f}% to the flops; unfused, {100 * extra_bytes:.0f}% "
+          "to the bytes")
+for m, row in lora_model.items():
+    print(f"  M={m:<6} " + ", ".join(f"{name.removeprefix('model: ')} {t:8.1f} µs" for name, t in row.items()))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# Read the model before writing the kernel: at this shape the adapter's flops are under one percent of the
+# product's, `r (K + N) / (N K)` whatever `M`; its unfused bytes grow with `M`, because of the passes over
+# `(M, N)`. With a few rows the extra launches weigh most.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-card", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 04.lora · a low-rank adapter inside the GEMM (about 60 min · ★★★)
+#
+# **Spec.** `lora_linear(x, w, a, b, scale) -> y`, `y = x Wᵀ + s·(x Aᵀ) Bᵀ`. `x (M, K)`; `w (N, K)`,
+# `a (r, K)` and `b (N, r)` as `nn.Linear` stores its weights; `r` from 1 to 128; `scale` a Python float. One
+# dtype (fp32, fp16 or bf16), any `M`, `N`, `K` and strides (the grader passes padded rows and transposed
+# views). Returns a new contiguous `(M, N)` tensor in the inputs' dtype from **one** Triton kernel: each K
+# step's `x` tile feeds two float32 accumulators, `x Wᵀ` `(BLOCK_M, BLOCK_N)` and `x Aᵀ` `(BLOCK_M, r)`; the
+# epilogue adds `s·(x Aᵀ)` times the tile's columns of `Bᵀ`, rounds once and stores. `x Aᵀ` never goes to
+# HBM. For fp32 pass `input_precision="ieee"` to every `tl.dot`.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The adapter is two thin GEMMs. The first, `x Aᵀ`, reduces over `K` like the base product, so it rides in the
+# same loop on the same `x` tile. The second reduces over `r`, short enough for one `tl.dot` after the loop.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Three pointer blocks walk `K`: `x` `(BLOCK_M, BLOCK_K)`, `Wᵀ` `(BLOCK_K, BLOCK_N)` and `Aᵀ`
+# `(BLOCK_K, BLOCK_R)`, the last two read from `w` and `a` with their strides swapped. `BLOCK_R =
+# max(16, next_power_of_2(r))` (`tl.dot` wants at least 16), masked with `rr < r`. After the loop, load the
+# `(BLOCK_R, BLOCK_N)` tile of `Bᵀ` and add one more `tl.dot` into the accumulator.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# In the loop `acc = tl.dot(xt, wt, acc)` and `xa = tl.dot(xt, at, xa)` on the same `xt`; after it
+# `acc = tl.dot((xa * scale).to(bt.dtype), bt, acc)`: both operands of `tl.dot` need one dtype, so `s·x Aᵀ`
+# is rounded once to the inputs' dtype, as PyTorch's `x @ A.T` is. The traps: `s` scales the adapter's term
+# only; the rows of `Aᵀ` and `Bᵀ` past `r` must load as zeros; pass `scale` as a plain argument, not a
+# `tl.constexpr` (each new value would compile a new kernel).
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Every program of a tile-row computes the same `x Aᵀ` tile, `r / BLOCK_N` more products than the base GEMM:
+# wide tiles keep that small. The timed shape has a short `K`: `64 × 128` tiles, 4 warps and 2 stages let
+# several programs share a multiprocessor, as in exercise 04.gemm_gelu_residual; avoid `128 × 256`, whose
+# accumulator already fills the registers before `x Aᵀ` joins it.
+#
+# </details>
+#
+# **Graded.** Timed at a `d_model = 256` model's up-projection with a rank-16 adapter (32768 × 256 → 2048).
+#
+# <!-- graded: 04.lora -->
+
+# %% nbgrader={"grade": false, "grade_id": "lora", "locked": false, "schema_version": 3, "solution": true}
+# Helpers your launcher calls (launch settings, input checks) go here; or write everything inside the two
+# functions below.
+### BEGIN SOLUTION
+# include: kernels/lora.py (MAX_RANK, lora_launch_settings, check_lora_inputs)
+### END SOLUTION
+
+
+@triton.jit
+def _lora_kernel(x_ptr, w_ptr, a_ptr, b_ptr, y_ptr, M, N, K, R, scale, stride_xm, stride_xk, stride_wn, stride_wk,
+                 stride_ar, stride_ak, stride_bn, stride_br, stride_ym,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+                 GROUP_M: tl.constexpr, PRECISION: tl.constexpr):
+    """One program computes one BLOCK_M x BLOCK_N tile of y = x @ w.T + scale * (x @ a.T) @ b.T.
+
+    x (M, K), w (N, K), a (R, K), b (N, R): one dtype, strides in elements; y (M, N) row-major (stride_ym, 1).
+    BLOCK_R: R rounded up to a power of two, at least 16. PRECISION: dot_precision(dtype)."""
+    # 1. which tile is mine (grouped_tile), its rows rm and columns rn, the K offsets rk and the rank offsets rr
+    # 2. pointers to the first tiles of x (BLOCK_M, BLOCK_K), of w.T (BLOCK_K, BLOCK_N) and of a.T
+    #    (BLOCK_K, BLOCK_R): w and a read with their two strides swapped
+    # 3. two float32 accumulators, acc (BLOCK_M, BLOCK_N) and xa (BLOCK_M, BLOCK_R); the K loop: load the x tile
+    #    once (masked), acc = tl.dot(x, w tile, acc), xa = tl.dot(x, a tile, xa), both with PRECISION; advance
+    # 4. epilogue: load the (BLOCK_R, BLOCK_N) tile of b.T (masked past R and N), add
+    #    tl.dot((xa * scale).to(its dtype), b tile) into acc
+    # 5. round once to y's dtype and store, masked at the ragged edges
+    ### BEGIN SOLUTION
+    # include body: kernels/lora.py (_lora_kernel)
+    ### END SOLUTION
+
+
+def lora_linear(x: torch.Tensor, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    """x @ w.T + scale * (x @ a.T) @ b.T in one kernel: x (M, K), w (N, K), a (r, K), b (N, r), any strides."""
+    # 1. check shapes, dtypes and devices (a ValueError that says what is wrong); M, K = x.shape; N, r
+    # 2. allocate y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # 3. tile sizes (e.g. 64 x 128 x 64, GROUP_M = 8, 4 warps), BLOCK_R = max(16, triton.next_power_of_2(r)),
+    #    and the grid, one program per output tile
+    # 4. launch with every stride, float(scale) and PRECISION=dot_precision(x.dtype); return y
+    ### BEGIN SOLUTION
+    # include body: kernels/lora.py (lora_linear)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "lora-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+check("04.lora", lora_linear)
+
+# %% nbgrader={"grade": true, "grade_id": "test_lora_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("04.lora", lora_linear, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_lora_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("04.lora", lora_linear, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_lora_performance", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("04.lora", lora_linear, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_lora_fusion", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("04.lora", lora_linear, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-ref", "locked": true, "schema_version": 3, "solution": false}
+# **Reference run.** The course's reference solution (`kernels/lora.py`) at the timed shape, three gradings on
+# an H100 (torch 2.11, triton 3.6, 2026-11-28): 0.30-0.31 of the bf16 matmul rate and 2.31-2.40x the unfused
+# adapter, with no register spills. The bars are provisional, those of exercise 04.gemm_gelu_residual, until
+# the reference has been graded on an H200 too.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your fused LoRA against the model, the unfused adapter and the merged weight
+#
+# The cell times, at the model's shapes, cuBLAS's base GEMM alone, the unfused adapter (`x @ W.T + s *
+# ((x @ A.T) @ B.T)`), the merged weight (`x @ W'.T`, merged beforehand) and your `lora_linear`, as CUDA-graph
+# replays taking turns. It also times the merge itself, once, and prints after how many calls merging has paid
+# for itself against your kernel. Left: time against `M` with the model's lines. Right: each version's speed-up
+# over the unfused adapter. Until exercise 04.lora is written, the cell leaves your kernel out and says so.
+
+# %% nbgrader={"grade": false, "grade_id": "lora-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+UNFUSED_LORA, MERGED, BASE, MY_LORA = "unfused adapter", "merged weight", "cuBLAS base GEMM alone", "your lora_linear"
+LORA_STYLES = {BASE: ("x-", "0.5"), UNFUSED_LORA: ("o-", "C0"), MERGED: ("s-", "C2"), MY_LORA: ("^-", "C1")}
+lora_us, merge_ms = {}, None
+if ON_GPU:
+    lora_written = True
+    for m in MS_LORA:
+        gen = torch.Generator(device="cuda").manual_seed(m)
+        x = torch.randn(m, K_LORA, device="cuda", generator=gen).to(torch.bfloat16)
+        w = (torch.randn(N_LORA, K_LORA, device="cuda", generator=gen) / K_LORA**0.5).to(torch.bfloat16)
+        a = (torch.randn(R_LORA, K_LORA, device="cuda", generator=gen) / K_LORA**0.5).to(torch.bfloat16)
+        b = (torch.randn(N_LORA, R_LORA, device="cuda", generator=gen) / R_LORA**0.5).to(torch.bfloat16)
+        w_merged = lora_ops.merge_lora(w, a, b, 2.0)
+        if merge_ms is None:
+            merge_ms = bench_ms(lambda: lora_ops.merge_lora(w, a, b, 2.0))
+        calls = {BASE: lambda: x @ w.t(), UNFUSED_LORA: lambda: lora_ops.lora_eager(x, w, a, b, 2.0),
+                 MERGED: lambda: lora_ops.lora_merged(x, w_merged)}
+        if lora_written:
+            calls[MY_LORA] = lambda: lora_linear(x, w, a, b, 2.0)
+        times = time_in_turns(calls, desc=f"LoRA, M = {m}")
+        lora_written = MY_LORA in times
+        for name, t in times.items():
+            lora_us.setdefault(name, {})[m] = t
+        del x, w, a, b, w_merged
+
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5))
+for name, style in (("model: unfused adapter", "k--"), ("model: fused", "k:"), ("model: merged weight", "k-.")):
+    ax.loglog(MS_LORA, [lora_model[m][name] for m in MS_LORA], style, lw=1, label=name)
+for name, times in lora_us.items():
+    ax.loglog(list(times), list(times.values()), LORA_STYLES[name][0], color=LORA_STYLES[name][1], label=name, ms=4)
+ax.set_xlabel("M (rows: tokens)")
+ax.set_ylabel("µs")
+ax.set_title(f"x W^T + s (x A^T) B^T, {K_LORA} → {N_LORA}, r = {R_LORA}, bf16")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+bx.semilogx(MS_LORA, [lora_model[m]["model: unfused adapter"] / lora_model[m]["model: fused"] for m in MS_LORA],
+            "k:", label="model: fused")
+for name in (MERGED, MY_LORA):
+    ms = [m for m in lora_us.get(name, {}) if m in lora_us.get(UNFUSED_LORA, {})]
+    if ms:
+        bx.semilogx(ms, [lora_us[UNFUSED_LORA][m] / lora_us[name][m] for m in ms], LORA_STYLES[name][0],
+                    color=LORA_STYLES[name][1], label=name)
+bx.axhline(1.0, color="gray", lw=1)
+bx.set_xlabel("M (rows: tokens)")
+bx.set_ylabel("speed-up over the unfused adapter")
+bx.set_title(peak_label + ("" if ON_GPU else " — model only, no GPU here"))
+bx.grid(True, which="both", alpha=0.3)
+bx.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+if ON_GPU:
+    for m in MS_LORA:
+        print(f"M={m:<6} " + ", ".join(f"{name} {t[m]:.1f} µs" for name, t in lora_us.items() if m in t))
+    print(f"Merging the adapter into W once: {1e3 * merge_ms:.1f} µs")
+    for m in MS_LORA:
+        if m in lora_us.get(MY_LORA, {}):
+            gap = lora_us[MY_LORA][m] - lora_us[MERGED][m]
+            calls_to_pay = f"{1e3 * merge_ms / gap:.0f} calls" if gap > 0 else "never (your kernel is as fast)"
+            print(f"  M={m:<6} merging pays for itself against your kernel after {calls_to_pay}")
+else:
+    print("No GPU: the plots show the model only; on a GPU this cell measures the three versions against it.")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "lora-discuss", "locked": true, "schema_version": 3, "solution": false}
+# What to look for. The merged weight runs at the base GEMM's speed: after the merge the adapter costs nothing.
+# The unfused adapter pays its four launches at decode and its passes over `(M, N)` at prefill, as the model
+# says. A fused kernel does the adapter's products and reads `A` and `B`, but no intermediate reaches HBM.
+# Where it falls short of the model's fused line, compare it with the base GEMM alone: most of that gap is your
+# GEMM against cuBLAS (section 4), the rest the `x Aᵀ` tile that every program of a tile-row computes again.
+# The last lines weigh the merge, paid once, against what your kernel costs more than the merged weight on every
+# call: merging wins after that many calls, as long as `A` and `B` stay fixed.
+#
+# Reference figures, not measured here (the course's reference kernel, an H100, torch 2.11, triton 3.6,
+# 2026-11-28): the unfused adapter took 1.4-1.6 times the base GEMM; the fused kernel was 1.06-1.16 times as
+# fast as the unfused adapter from 256 rows up (and slower at 64 rows), but 1.3 times the base GEMM at 4096
+# rows and more; the merge took 57 µs, less than one call at 4096 rows.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-lora-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 4.** Three deployments use rank-16 adapters on the same base model: (a) one adapter, served for
+# months; (b) a server with hundreds of adapters, each request of a batch naming its own (multi-LoRA serving);
+# (c) fine-tuning the adapter. For each, would you merge the weight, run the adapter unfused, or fuse it into
+# the GEMM, and why? Use what you measured.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-lora", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# (a) Merge once: the merge costs one thin GEMM and a pass over `W`, paid back within a few calls, and every
+# call after it is exactly the base GEMM, with no extra flops, bytes or launches. (b) Keep the adapters apart
+# and fuse them: one merged copy of `W` per adapter would not fit, and a batch mixes adapters row by row, so
+# each row's `x Aᵢᵀ` is computed beside the shared base product (the fused kernel, with an adapter index a
+# row) and never written out. (c) Keep them apart and fuse: `A` and `B` change every step, so a merge would be
+# redone every step, and the backward needs `x Aᵀ` and the base weight separately; the fused kernel saves the
+# passes over `(M, N)` that the unfused route pays on every forward.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
 #
@@ -964,6 +1379,9 @@ for m, row in swiglu_us.items():
 # * Do the epilogue's math in float32 and round once: PyTorch's chain of bf16 kernels rounds three times.
 # * Horizontal and epilogue fusion combine: SwiGLU's two GEMMs share `x` tiles and their `silu(g)·u` is
 #   applied before anything is written.
+# * A low-rank adapter rides in the same K loop: a `(BLOCK_M, r)` accumulator of `x Aᵀ` beside the output tile,
+#   and one `tl.dot` with `Bᵀ` in the epilogue. Merge the weight when one adapter is served for long; fuse
+#   when adapters change (training) or many share a batch.
 #
 # Next, notebook 05 fuses a reduction over a whole row into a streaming loop: online softmax and
 # FlashAttention, where the intermediate is an `N × N` matrix that must never be written.
@@ -979,5 +1397,6 @@ for m, row in swiglu_us.items():
 # * CUTLASS, NVIDIA's templates for GEMMs and their fused epilogues: https://github.com/NVIDIA/cutlass
 # * NVIDIA's Hopper tuning guide: https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html
 # * Shazeer, *GLU Variants Improve Transformer* (2020), where SwiGLU comes from: https://arxiv.org/abs/2002.05202
+# * Hu et al., *LoRA: Low-Rank Adaptation of Large Language Models* (2021): https://arxiv.org/abs/2106.09685
 # * Williams, Waterman and Patterson, *Roofline: an insightful visual performance model* (2009):
 #   https://doi.org/10.1145/1498765.1498785
