@@ -49,11 +49,10 @@ def test_every_check_in_the_built_notebooks_may_raise_and_no_other_cell(root, na
 
 
 @pytest.mark.slow
-def test_nbgrader_scores_a_failing_tagged_cell_zero(tmp_path, monkeypatch):
-    # The class of tests/classroom.py (notebook 01's set-up, cost model and first kernel), its cells tagged as the
-    # build tags them: alice hands in the solution, bob a kernel that forgets alpha.
-    source = classroom._source_notebook
-    monkeypatch.setattr(classroom, "_source_notebook", lambda: runall.tag_cells_that_may_raise(source()))
+def test_nbgrader_scores_a_failing_tagged_cell_zero(tmp_path):
+    # The class of tests/classroom.py: notebook 01's set-up, cost model and first kernel, cells taken from the
+    # committed solution notebook, so tagged as the build tags them. alice hands in the solution, bob a kernel
+    # that forgets alpha.
     work = tmp_path
     db = classroom.make_course(work)
     release = work / "course" / classroom.ASSIGNMENT / f"{classroom.ASSIGNMENT}.ipynb"
