@@ -56,7 +56,7 @@ def _matmul_kernel(x_ptr, w_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_
 
 
 def dot_precision(dtype: torch.dtype):
-    # tl.dot rounds float32 operands to TF32 (10-bit mantissa) unless told otherwise; torch's fp32 matmul does not.
+    # tl.dot rounds float32 operands to TF32 (11 significant bits) unless told otherwise; torch's fp32 matmul does not.
     return "ieee" if dtype == torch.float32 else None
 
 

@@ -83,7 +83,7 @@ def qkv_projection(x: torch.Tensor, w_qkv: torch.Tensor, kv_width: int):
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     cfg = qkv_launch_settings(M, N, K)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    # fp32 inputs: tl.dot would round them to TF32 (10-bit mantissa) by default; torch's fp32 matmul does not.
+    # fp32 inputs: tl.dot would round them to TF32 (11 significant bits) by default; torch's fp32 matmul does not.
     precision = "ieee" if x.dtype == torch.float32 else None
     _qkv_kernel[grid](x, w_qkv, out, M, N, K, x.stride(0), x.stride(1), w_qkv.stride(0), w_qkv.stride(1),
                       out.stride(0), PRECISION=precision, **cfg)

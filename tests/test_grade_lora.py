@@ -175,7 +175,8 @@ def test_the_prediction_reference_passes():
 @pytest.mark.parametrize("wrong, named", [
     (lambda m, k, n, r: spec.lora_overhead_reference(m, k, n, r)[::-1], "swapped"),
     (lambda m, k, n, r: (spec.lora_overhead_reference(m, k, n, r)[0],
-                         (m * k + r * k + n * r + 6 * m * n) / (m * k + n * k + m * n)), "read back by the next: 2 M r"),
+                         (m * k + r * k + n * r + 6 * m * n) / (m * k + n * k + m * n)),
+     "read back by the next: 2 M r"),
     (lambda m, k, n, r: (spec.lora_overhead_reference(m, k, n, r)[0],
                          (r * k + 2 * m * r + n * r + 6 * m * n) / (m * k + n * k + m * n)), "reads x a second"),
 ], ids=["swapped", "no-round-trip", "x-read-once"])
