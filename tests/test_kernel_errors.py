@@ -123,6 +123,11 @@ def test_a_compilation_error_points_at_the_kernel_line():
     assert "BLOCK: tl.constexpr" in message
 
 
+def test_a_kernel_called_without_a_grid_is_named():
+    message = student_error(_raised(lambda: _copy_block_kernel(torch.randn(4), torch.empty(4), 4, BLOCK=4)), "f")
+    assert "launched with a grid" in message and "kernel[grid](...)" in message
+
+
 def test_an_error_outside_any_kernel_keeps_its_words():
     exc = _raised(lambda: torch.randn(3) @ torch.randn(4))
     assert kernel_errors.kernel_line(exc) == "" and kernel_errors.explain(exc) == ""

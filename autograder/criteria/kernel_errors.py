@@ -80,6 +80,14 @@ def kernel_line(exc: BaseException) -> str:
     return ""
 
 
+def _called_directly(exc: BaseException) -> bool:
+    """True when the interpreter ran a @triton.jit function called like a Python function (no launch, no grid):
+    it enters the function's own __call__ with no launch (run) around it, and fails in whatever needs a program."""
+    names = {fr.name for fr in traceback.extract_tb(exc.__traceback__)
+             if fr.filename.endswith(os.path.join("runtime", "interpreter.py"))}
+    return "__call__" in names and "run" not in names
+
+
 def explain(exc: BaseException, line: str = "") -> str:
     """One plain sentence with the fix for a common first-timer error, or ''. `line` is the kernel's line."""
     text = " ".join(str(e) for e in _chain(exc)).lower()
@@ -88,6 +96,9 @@ def explain(exc: BaseException, line: str = "") -> str:
                 "torch.Tensor, and only triton.language operations (tl.exp, tl.sum, tl.where, ...) and other "
                 "@triton.jit functions apply to it. Write the operation with tl (sigmoid(x) is 1 / (1 + tl.exp(-x)))"
                 " and keep torch calls in the launcher.")
+    if ("cannot call @triton.jit'd outside of the scope of a kernel" in text and not line) or _called_directly(exc):
+        return ("A @triton.jit kernel is launched with a grid, not called: write kernel[grid](...), for example "
+                "_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK).")
     for words, meaning in _TRANSLATIONS:
         if any(w in text for w in words):
             return meaning[0].upper() + meaning[1:]
