@@ -402,27 +402,46 @@ hopper_only("Tuning your TMA kernel's settings", tune_tma)
 # ### Exercise 08.flash_attention_ws · warp-specialize your forward kernel (about 2 to 3 hours · ★★★ · optional, 0 points)
 #
 # **Spec.** `flash_attention_ws(q, k, v, causal=False, settings=None, warmup=False) -> (o, lse)`: notebook 05's
-# op, inputs and outputs (`o = softmax(q·kᵀ / √D) · v`, `(B, H, N, D)` in `q`'s dtype; `lse (B, H, N)` float32,
-# natural log). Where the kernel applies (a Hopper GPU, `q`, `k`, `v` 16-bit and contiguous as the copy engine
-# reads them (`tma_ready`), heads of at most 128 dimensions) it launches **one** kernel,
-# `_flash_attention_ws_kernel`, one program per (block of `BLOCK_M` queries, batch × head), whose key loop is
-# `tl.range(0, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE)` under the three conditions above; anywhere else
-# (float32, strided views, larger heads, another GPU) it returns your notebook-05 `flash_attention(q, k, v,
-# causal)`. `settings`: the launch settings to try in order, dicts of `BLOCK_M`, `BLOCK_N`, `WARP_SPECIALIZE`,
-# `num_warps`, `num_stages` (`None`: your own list); the cells after the exercise pass their own.
-# `warmup=True` compiles the first setting without running it and returns Triton's compiled kernel.
+# op (`o = softmax(q·kᵀ / √D) · v` of shape `(B, H, N, D)` in `q`'s dtype; `lse (B, H, N)` float32). Where it
+# applies (a Hopper GPU; `q`, `k`, `v` 16-bit and `tma_ready`; `D ≤ 128`) it launches **one** kernel,
+# `_flash_attention_ws_kernel`, one program per (query block, batch × head), whose key loop is
+# `tl.range(0, end, BLOCK_N, warp_specialize=WARP_SPECIALIZE)`; anywhere else it returns your notebook-05
+# `flash_attention(q, k, v, causal)`. `settings`: dicts of `BLOCK_M`, `BLOCK_N`, `WARP_SPECIALIZE`, `num_warps`,
+# `num_stages` to try in order (`None`: your own list). `warmup=True` compiles the first setting without running
+# it and returns Triton's compiled kernel.
 #
-# **Hints** *(optional)*. Start from notebook 05's TMA kernel. Make the three descriptors in the kernel, each
-# over one head's rows; with a causal mask, launch the last query blocks first and stop the loop at the
-# diagonal; apply the mask (`MASKED`: causal, or keys not a multiple of `BLOCK_N`) inside the one loop.
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The algorithm is notebook 05's; what changes is who loads. With `warp_specialize=True` Triton splits the key
+# loop between a producer warp that issues the copies and consumer warp groups that compute, so the loop must be
+# one the compiler can split: its loads through descriptors, one loop, the mask inside it.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# Start from notebook 05's TMA kernel. Make the three descriptors in the kernel, each over one head's rows. With
+# a causal mask, launch the last query blocks first and stop the loop at the diagonal; apply the mask
+# (`MASKED`: causal, or keys not a multiple of `BLOCK_N`) inside the one loop. The launcher checks where the
+# kernel applies and falls back otherwise.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
 # `acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])` lets the product accumulate into the rescaled `acc`.
-# Try 64 × 128 tiles and two stages first; the last measuring cell of section 4 shows what the others do on your
-# GPU.
 # `first_that_compiles` (imported in the cell) tries settings in order and skips one this Triton refuses.
 #
-# **Graded** (on a Hopper GPU; 0 points, for feedback). Correctness and precision go through both paths:
-# contiguous 16-bit cases through your warp-specialized kernel, float32 and one strided layout through your
-# fallback.
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Try 64 × 128 tiles and two stages first; the last measuring cell of section 4 shows what the others do on your
+# GPU.
+#
+# </details>
+#
+# **Graded.** On a Hopper GPU, 0 points, for feedback: contiguous 16-bit cases through your warp-specialized
+# kernel, float32 and one strided layout through your fallback.
 #
 # <!-- graded: 08.flash_attention_ws -->
 
