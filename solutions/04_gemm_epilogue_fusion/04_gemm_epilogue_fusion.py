@@ -1063,8 +1063,8 @@ for m, row in swiglu_us.items():
 # **Spec.** `predicted_lora_overhead(m, k, n, r) -> (extra_flops, extra_bytes)`, two floats: what a rank-`r`
 # adapter adds to the base GEMM `x Wᵀ` (`x (m, k)`, `W (n, k)`), each as a fraction of the base GEMM's own
 # count. `extra_flops`: the adapter's two products over the base product's `2·m·n·k`. `extra_bytes`: the HBM
-# traffic of the unfused route in the table beyond the base GEMM's row, over that row (`x` and `W` read, `y`
-# written). Every tensor has one dtype, so the element size cancels.
+# traffic of the unfused route in the table beyond the base GEMM's row, over that row (`x` and `W` read, the
+# output written). Every tensor has one dtype, so the element size cancels.
 #
 # **Hints**
 #
