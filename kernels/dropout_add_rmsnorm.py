@@ -1,8 +1,8 @@
 """Fused dropout + residual add + RMSNorm: h = x + dropout(y, p);  out = rmsnorm(h) * weight. Returns (out, h).
 
 Element (i, j) of y is kept where tl.rand(seed, i * H + j) > p and then scaled by 1 / (1 - p); the keep mask
-is drawn inside the kernel from the seed, never stored: a backward pass draws the same mask again from the same
-seed. Bytes through HBM (|x| per activation):
+is drawn inside the kernel from the seed, never stored: the backward (DropoutAddRMSNormFunction) draws the same
+mask again from the same seed. Bytes through HBM (|x| per activation):
     unfused: dropout (read y, write the result and a one-byte mask), add (read 2, write 1),
              RMSNorm in 3 kernels (~5)                                          ~10|x| and the mask
     fused:   read x and y, write out and h                                                   4|x|
@@ -19,6 +19,7 @@ from autograder.specs.fused_dropout import (  # noqa: F401  the torch side of th
     dropout_add_rmsnorm_eager,
     dropout_add_rmsnorm_reference,
 )
+from kernels.rmsnorm_backward import rmsnorm_backward
 
 
 @triton.jit
@@ -60,3 +61,46 @@ def dropout_add_rmsnorm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, 
     _dropout_add_rmsnorm_kernel[(M,)](x, y, weight, out, h, H, x.stride(0), y.stride(0), out.stride(0), h.stride(0),
                                       p, seed, eps, BLOCK_H=BLOCK_H, num_warps=num_warps)
     return out, h
+
+
+@triton.jit
+def _dropout_backward_kernel(dh_ptr, dy_ptr, H, stride_hm, stride_ym, p, seed, BLOCK_H: tl.constexpr):
+    """dy = dh * keep / (1 - p) for one row, keep drawn again from (seed, row * H + col) as the forward drew it."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_H)
+    mask = cols < H
+    dh = tl.load(dh_ptr + row * stride_hm + cols, mask=mask, other=0.0).to(tl.float32)
+    keep = tl.rand(seed, row * H + cols) > p
+    tl.store(dy_ptr + row * stride_ym + cols, tl.where(keep, dh * (1.0 / (1.0 - p)), 0.0).to(dy_ptr.dtype.element_ty),
+             mask=mask)
+
+
+def dropout_backward(dh: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """The gradient reaching y through h = x + dropout(y, p): dh where the forward kept, scaled, else 0; the mask
+    drawn again from the seed, never loaded."""
+    M, H = dh.shape
+    dy = torch.empty((M, H), dtype=dh.dtype, device=dh.device)
+    BLOCK_H = triton.next_power_of_2(H)
+    _dropout_backward_kernel[(M,)](dh, dy, H, dh.stride(0), dy.stride(0), p, seed, BLOCK_H=BLOCK_H,
+                                   num_warps=min(16, max(1, BLOCK_H // 1024)))
+    return dy
+
+
+class DropoutAddRMSNormFunction(torch.autograd.Function):
+    """(out, h) = dropout_add_rmsnorm(x, y, weight, p, seed, eps) with a backward that keeps no mask: it saves h
+    (the residual stream, needed anyway) and the seed, and draws the mask again."""
+
+    @staticmethod
+    def forward(ctx, x, y, weight, p, seed, eps):
+        out, h = dropout_add_rmsnorm(x, y, weight, p, seed, eps)
+        ctx.save_for_backward(h, weight)
+        ctx.p, ctx.seed, ctx.eps = p, seed, eps
+        return out, h
+
+    @staticmethod
+    def backward(ctx, dout, dh_direct):
+        h, weight = ctx.saved_tensors
+        dh, dweight = rmsnorm_backward(h, weight, dout.contiguous(), ctx.eps)  # through the norm
+        if dh_direct is not None:
+            dh = dh + dh_direct  # h is an output too: the residual stream's own gradient
+        return dh, dropout_backward(dh, ctx.p, ctx.seed), dweight, None, None, None

@@ -12,7 +12,12 @@ import triton
 import triton.language as tl
 
 from autograder.specs.fused_dropout import keep_mask, philox_uniform
-from kernels.dropout_add_rmsnorm import dropout_add_rmsnorm, dropout_add_rmsnorm_bytes, dropout_add_rmsnorm_reference
+from kernels.dropout_add_rmsnorm import (
+    DropoutAddRMSNormFunction,
+    dropout_add_rmsnorm,
+    dropout_add_rmsnorm_bytes,
+    dropout_add_rmsnorm_reference,
+)
 
 
 @triton.jit
@@ -56,3 +61,17 @@ def test_bytes_are_two_reads_and_two_writes_and_bad_arguments_are_named():
         dropout_add_rmsnorm(x, x, x[0], 1.0, 0, 1e-5)
     with pytest.raises(ValueError, match="seed"):
         dropout_add_rmsnorm(x, x, x[0], 0.5, -1, 1e-5)
+
+
+def test_the_backward_draws_the_mask_again_and_matches_float64_autograd():
+    gen = torch.Generator().manual_seed(1)
+    x, y = (torch.randn(6, 300, generator=gen).requires_grad_() for _ in range(2))
+    w = (1 + 0.1 * torch.randn(300, generator=gen)).requires_grad_()
+    d_out, d_h = torch.randn(2, 6, 300, generator=gen).unbind(0)
+    torch.autograd.backward(DropoutAddRMSNormFunction.apply(x, y, w, 0.3, 11, 1e-5), (d_out, d_h))
+    leaves = [t.detach().double().requires_grad_() for t in (x, y, w)]
+    torch.autograd.backward(dropout_add_rmsnorm_reference(*leaves, 0.3, 11, 1e-5), (d_out.double(), d_h.double()))
+    for mine, ref in zip((x, y, w), leaves):
+        assert ((mine.grad.double() - ref.grad).norm() / ref.grad.norm()).item() < 1e-5
+    dropped = ~keep_mask((6, 300), 0.3, 11)
+    assert (y.grad[dropped] == 0).all()  # a dropped element of y gets no gradient

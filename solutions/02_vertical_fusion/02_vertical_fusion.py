@@ -9,7 +9,7 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
 # # 02 · Vertical fusion: normalisations and precision discipline
 #
-# About 5 hours · difficulty ★★☆ · prerequisites: notebook 01 (the HBM cost model, your first Triton kernel)
+# About 6 hours · difficulty ★★☆ · prerequisites: notebook 01 (the HBM cost model, your first Triton kernel)
 #
 # Notebook 01 fused a chain of elementwise operations: every output element needed only its own input
 # element. A normalisation breaks that: each output element needs a **statistic of its whole row** (the
@@ -1383,6 +1383,36 @@ else:
     plt.xlabel("column")
     plt.ylabel("row")
     plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "dropout-backward-md", "locked": true, "schema_version": 3, "solution": false}
+# ### A backward that stores no mask (not graded)
+#
+# The gradient that reaches `y` through `h = x + dropout(y)` is `dh · keep / (1 − p)`: it needs the mask again.
+# Instead of saving it, the backward below draws it again with the same `tl.rand(seed, row · H + col)`, in a small
+# kernel of its own, and gets `dh` from your `rmsnorm_backward` (run on the saved `h`) plus the gradient of `h`
+# itself, the residual stream. The cell back-propagates through it and compares every gradient with float64
+# autograd through the reference, which draws the spec's mask: the errors should be at the level of fp32 rounding.
+
+# %% nbgrader={"grade": false, "grade_id": "dropout-backward", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+# include: kernels/dropout_add_rmsnorm.py (_dropout_backward_kernel, dropout_backward, DropoutAddRMSNormFunction)
+
+
+gen = torch.Generator().manual_seed(3)
+x_d, y_d = (torch.randn(32, 1000, generator=gen).to(DEVICE).requires_grad_() for _ in range(2))
+w_d = (1 + 0.1 * torch.randn(1000, generator=gen)).to(DEVICE).requires_grad_()
+d_out, d_h = torch.randn(2, 32, 1000, generator=gen).to(DEVICE).unbind(0)
+try:
+    torch.autograd.backward(DropoutAddRMSNormFunction.apply(x_d, y_d, w_d, 0.2, 99, 1e-5), (d_out, d_h))
+except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
+    if not not_written(exc):
+        raise
+    print(f"not written yet: this needs your dropout_add_rmsnorm and rmsnorm_backward ({type(exc).__name__}: {exc})")
+else:
+    leaves = [t.detach().double().requires_grad_() for t in (x_d, y_d, w_d)]
+    torch.autograd.backward(drop_ops.dropout_add_rmsnorm_reference(*leaves, 0.2, 99, 1e-5), (d_out.double(), d_h.double()))
+    for name, mine, ref in zip(("dx", "dy", "dweight"), (x_d, y_d, w_d), leaves):
+        print(f"{name}: relative error {((mine.grad.double() - ref.grad).norm() / ref.grad.norm()).item():.2e}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "drop-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused dropout against your prediction
