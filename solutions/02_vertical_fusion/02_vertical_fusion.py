@@ -256,14 +256,6 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
         raise
     print(f"your _rmsnorm_kernel: not written yet ({type(exc).__name__}); nothing to draw")
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "rms3-measure-md", "locked": true, "schema_version": 3, "solution": false}
-# ### Your kernel against your prediction
-#
-# The cell below turns your byte counts into times at this GPU's measured copy bandwidth (`bytes / bandwidth`),
-# times your `rmsnorm` next to the eager version, the two-pass kernel, `F.rms_norm` and `torch.compile`, and
-# draws each time against its prediction (a dashed tick). Without a GPU it draws the predictions alone; until
-# your kernel runs, it is left out and the cell says so.
-
 # %% nbgrader={"grade": false, "grade_id": "measure-helper", "locked": true, "schema_version": 3, "solution": false}
 def time_against_model(versions: dict, model_bytes: dict, n_bytes: float, title: str, size: str) -> dict:
     """Time each version (a name -> a function of no arguments) on this GPU and draw its time against the model,
@@ -294,6 +286,14 @@ def your_prediction(predict, exercise, *args) -> int:
 
 
 M, H, EPS = 32768, 4096, 1e-5  # the training shape every measurement below uses, in bf16
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "rms3-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your kernel against your prediction
+#
+# The cell below turns your byte counts into times at this GPU's measured copy bandwidth (`bytes / bandwidth`),
+# times your `rmsnorm` next to the eager version, the two-pass kernel, `F.rms_norm` and `torch.compile`, and
+# draws each time against its prediction (a dashed tick). Without a GPU it draws the predictions alone; until
+# your kernel runs, it is left out and the cell says so.
 
 # %% nbgrader={"grade": false, "grade_id": "rms3-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
