@@ -34,7 +34,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from autograder import config
+from autograder import specs as registry
+from autograder.checker import launch as checker
+from autograder.measure import device
+from kernels.bench import headroom
 from kernels.bench.common import RESULTS, load, needs_gpu, record, save, slug
+from kernels.bench.grading import notebooks as solution_notebooks
 
 RESULTS = RESULTS / "coldstart"
 MARGIN = 1.2  # a bar at most the worst cold run / MARGIN
@@ -46,7 +52,6 @@ CHILD_TIMEOUT_S = 900
 
 def solutions() -> list[tuple[str, str, object]]:
     """(exercise, what, fn) of every reference solution graded on performance, in a fixed order."""
-    from kernels.bench import headroom
 
     return [(ex_id, what, fn) for ex_id, role, what, fn in headroom.versions() if role == "solution"]
 
@@ -54,9 +59,6 @@ def solutions() -> list[tuple[str, str, object]]:
 def bars(ex_id: str, figures: dict) -> dict:
     """{bar name: (figure, bar)} of one graded run: every fraction of a peak with its threshold, every speed-up
     over eager with the minimum grading.toml sets."""
-    from autograder import config
-    from autograder import specs as registry
-    from kernels.bench import headroom
 
     ex = registry.get(ex_id)
     _, min_speedup = headroom.thresholds(ex, config.load())
@@ -90,7 +92,6 @@ def clocks() -> dict:
 
 def child(index: int, shape: tuple | None) -> int:
     """One cold grading, in this fresh process: prints TAG + JSON."""
-    from kernels.bench import headroom
 
     ex_id, what, fn = solutions()[index]
     before = clocks()
@@ -107,14 +108,11 @@ def child(index: int, shape: tuple | None) -> int:
 
 def notebooks(only: list[str] | None) -> list[Path]:
     """The solution notebooks, by number prefix."""
-    from kernels.bench.grading import notebooks as solution_notebooks
-
     return solution_notebooks(only)
 
 
 def child_notebook(path: Path) -> int:
     """One cold check of a solution notebook, in this fresh process: prints TAG + JSON per exercise."""
-    from autograder.checker import launch as checker
 
     before = clocks()
     started = time.perf_counter()
@@ -390,7 +388,6 @@ def main(argv=None) -> int:
         parser.error(f"--label {args.label!r}: letters, digits and dashes")
     if not needs_gpu("coldstart"):
         return 2
-    from autograder.measure import device
 
     gpus = gpu_list(args.gpus)
     started = time.perf_counter()
