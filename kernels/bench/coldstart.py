@@ -52,14 +52,12 @@ CHILD_TIMEOUT_S = 900
 
 def solutions() -> list[tuple[str, str, object]]:
     """(exercise, what, fn) of every reference solution graded on performance, in a fixed order."""
-
     return [(ex_id, what, fn) for ex_id, role, what, fn in headroom.versions() if role == "solution"]
 
 
 def bars(ex_id: str, figures: dict) -> dict:
     """{bar name: (figure, bar)} of one graded run: every fraction of a peak with its threshold, every speed-up
     over eager with the minimum grading.toml sets."""
-
     ex = registry.get(ex_id)
     _, min_speedup = headroom.thresholds(ex, config.load())
     out = {}
@@ -92,7 +90,6 @@ def clocks() -> dict:
 
 def child(index: int, shape: tuple | None) -> int:
     """One cold grading, in this fresh process: prints TAG + JSON."""
-
     ex_id, what, fn = solutions()[index]
     before = clocks()
     started = time.perf_counter()
@@ -113,7 +110,6 @@ def notebooks(only: list[str] | None) -> list[Path]:
 
 def child_notebook(path: Path) -> int:
     """One cold check of a solution notebook, in this fresh process: prints TAG + JSON per exercise."""
-
     before = clocks()
     started = time.perf_counter()
     result = checker.run(path)
