@@ -61,6 +61,7 @@ from autograder.classroom.course import (  # noqa: F401  (statuses and GradingSt
     GradingStopped,
     sqlite_file,
 )
+from autograder.classroom.gradebook import lost_points as gradebook_lost_points
 from autograder.classroom.gradebook import scores as gradebook_scores
 from autograder.classroom.loop import ClassRun
 from autograder.classroom.runners import LocalRunner, SubmititRunner, gpu_slots, submitit_executor
@@ -159,6 +160,14 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
                       unmeasurable)
 
 
+def _lost_reason(status: str, cells: list[str] | None, unmeasurable: str | None) -> str:
+    """A graded student's reason: the graded cells that lost points (each one's why is on the feedback page), and
+    what this machine could not measure."""
+    if status != GRADED or not cells:
+        return ""
+    return f"points lost in {', '.join(cells)}" + (f"; {unmeasurable}" if unmeasurable else "")
+
+
 def unmeasurable_here(cfg: config_mod.GradingConfig, gpu: bool) -> str | None:
     """What the grading settings require that this machine cannot measure (said at the start and given as the
     reason of the points it costs), or None."""
@@ -243,14 +252,18 @@ def _similarity(course: Course, assignment: str, students: list[str], report: Pa
 def _write_csv(root, assignment, students, state, db_url, csv_path, echo, similar=None,
                exercise_ids=(), unmeasurable=None) -> list[dict]:
     scores, max_score = gradebook_scores(assignment, db_url)
+    try:
+        lost = gradebook_lost_points(assignment, db_url)
+    except Exception as exc:  # noqa: BLE001  the grades stand without it
+        echo(f"the cells that lost points not read ({type(exc).__name__}: {exc}); the grades are not affected")
+        lost = {}
     rows = []
     for student in students:
         entry = state[student]
         score = scores.get(student, 0.0) if entry["status"] in (GRADED, NOT_MEASURED) else 0.0
         rows.append({"student_id": student, "assignment": assignment, "status": entry["status"],
                      "score": score, "max_score": max_score,
-                     "reason": entry["reason"] or (unmeasurable if entry["status"] == GRADED and unmeasurable and
-                                                   score < max_score else ""),
+                     "reason": entry["reason"] or _lost_reason(entry["status"], lost.get(student), unmeasurable),
                      "flags": "; ".join(entry.get("flags", []) + (similar or {}).get(student, [])),
                      "fraction_of_peak": leaderboard.column(entry.get("performance", {}), list(exercise_ids))})
     csv_path.parent.mkdir(parents=True, exist_ok=True)

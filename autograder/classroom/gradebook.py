@@ -262,3 +262,19 @@ def scores(assignment: str, db_url: str) -> tuple[dict, float]:
         for sub in gb.assignment_submissions(assignment):
             scores[sub.student.id] = sub.score
     return scores, max_score
+
+
+def lost_points(assignment: str, db_url: str) -> dict[str, list[str]]:
+    """{student: ["<grade_id> (score/points)", ...]}: every graded cell of the assignment that scored below its
+    points, for the CSV's reason (the feedback page says why each one failed)."""
+    from nbgrader.api import Gradebook
+
+    lost: dict[str, list[str]] = {}
+    with Gradebook(db_url) as gb:
+        for sub in gb.assignment_submissions(assignment):
+            for nb in sub.notebooks:
+                for grade in nb.grades:
+                    if grade.max_score and (grade.score or 0.0) < grade.max_score:
+                        lost.setdefault(sub.student.id, []).append(
+                            f"{grade.name} ({grade.score or 0.0:g}/{grade.max_score:g})")
+    return lost
