@@ -992,8 +992,8 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed(
 # %% [markdown] nbgrader={"grade": false, "grade_id": "repair-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### The repair against your prediction
 #
-# Timed at 32768 × 4096 in bf16: the buggy kernel as given, your repair, and your one-pass `rmsnorm`. The repair's
-# model is your prediction (every read a miss), the one-pass kernel's `2|x|`.
+# Timed at 32768 × 4096 in bf16: eager PyTorch, the buggy kernel as given, your repair, your one-pass `rmsnorm`
+# and `torch.compile`. The repair's model is your prediction (every read a miss), the one-pass kernel's `2|x|`.
 
 # %% nbgrader={"grade": false, "grade_id": "repair-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -1002,15 +1002,19 @@ versions = {}
 if ON_GPU:
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
+    compiled = runtime.demo_compile(rms_ops.rmsnorm_eager)
     versions = {
+        "eager (3 kernels)": lambda: rms_ops.rmsnorm_eager(x, w, EPS),
         "buggy (as given)": lambda: rmsnorm_buggy(x, w, EPS),
         "your repair": lambda: rmsnorm_repaired(x, w, EPS),
         "your one-pass rmsnorm": lambda: rmsnorm(x, w, EPS),
+        "torch.compile": lambda: compiled(x, w, EPS),
     }
 model_bytes = {
     "buggy (as given)": repair_bytes,
     "your repair": repair_bytes,
     "your one-pass rmsnorm": 2 * M * H * 2 + H * 2,
+    "eager (3 kernels)": 5 * M * H * 2,
 }
 time_against_model(versions, model_bytes, 2 * M * H * 2, "repaired RMSNorm", "32768 x 4096 bf16")
 versions.clear()
