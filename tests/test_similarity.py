@@ -132,18 +132,3 @@ def fused_chain(x, bias, alpha):
 def test_a_threshold_outside_0_1_is_refused(tmp_path):
     with pytest.raises(ValueError, match="between 0 and 1"):
         similarity.similarity({}, tmp_path, tmp_path, tmp_path / "r.html", threshold=80)
-
-
-def test_a_cell_whose_answers_are_all_alike_flags_no_pair(tmp_path):
-    """Where every answer to a cell is alike (its stub fixes the code), no pair stands out from the others."""
-    folders = {name: _notebook(tmp_path / name, {CELL: OWN.replace("TILE", f"T{i}")})
-               for i, name in enumerate(("ann", "ben", "cat", "dan"))}
-    flags = similarity.similarity(folders, build.ROOT / "solutions" / NB, build.ROOT / "course" / NB,
-                                  tmp_path / "r.html")
-    assert flags == {name: [] for name in folders}
-
-
-def test_the_cutoff_rises_with_how_alike_a_cells_answers_are():
-    assert similarity.cutoff([0.1, 0.2], 0.8) == 0.8  # too few pairs to say what is typical
-    assert similarity.cutoff([0.1, 0.2, 0.3], 0.8) == 0.8
-    assert similarity.cutoff([0.9, 0.9, 0.95], 0.8) == pytest.approx(0.95)

@@ -4,16 +4,14 @@ grade-class calls similarity() after grading. Each answer cell (an nbgrader solu
 becomes one file named after its cell, and copydetect (winnowed fingerprints of the token stream, names
 abstracted away, as MOSS does) compares only files of the same cell: a student's `rmsnorm` with the reference
 solution's and with every other student's. What the release already gave them (the cell's stub) is boilerplate
-and never counts, nor does what every answer to a cell shares: a pair is flagged only where it is more alike
-than the class's answers to that cell typically are (cutoff). Such a pair becomes a flag for the CSV and a
-side-by-side entry in a self-contained HTML report (write_report: strongest pairs first, by student and exercise,
-the matching regions marked); a flag never changes a score: it tells the instructor where to look.
+and never counts. A pair above the threshold becomes a flag for the CSV and a side-by-side entry in a
+self-contained HTML report (write_report: strongest pairs first, by student and exercise, the matching regions
+marked); a flag never changes a score: it tells the instructor where to look.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -90,36 +88,8 @@ def write_report(pairs: list[dict], threshold: float, report: Path) -> None:
         "<!doctype html><html><head><meta charset='utf-8'><title>Similar answers</title>"
         f"<style>{_PAGE_STYLE}</style></head><body><h1>Similar answers</h1><p>Pairs of answer cells sharing at least "
         f"{threshold:.0%} of their fingerprints (winnowed token n-grams, names abstracted away; the released stub "
-        "does not count), and more than the class's answers to that cell typically share, strongest first. Marked: the matching regions. A flag is a reason to look, never a "
+        "does not count), strongest first. Marked: the matching regions. A flag is a reason to look, never a "
         f"verdict or a grade.</p>{body}</body></html>\n", encoding="utf-8")
-
-
-MIN_PAIRS = 3  # pairs of students answering a cell from which their typical likeness is taken as its baseline
-
-
-def cutoff(likeness: list[float], threshold: float) -> float:
-    """The share two answers to one cell must exceed to be flagged: the threshold, or where the answers to that cell
-    are alike anyway (a stub that fixes most of the code, a one-line answer), halfway from their median likeness
-    to identical, whichever is higher. Fewer than MIN_PAIRS pairs say nothing typical: the threshold alone."""
-    if len(likeness) < MIN_PAIRS:
-        return threshold
-    typical = statistics.median(likeness)
-    return max(threshold, typical + (1 - typical) / 2)
-
-
-def cell_cutoffs(detector, threshold: float) -> dict[str, float]:
-    """{cell: cutoff} from the likeness of every pair of students' answers to the cell (the larger of the two
-    shares), each pair once, the reference solution left out."""
-    likeness: dict[str, list[float]] = {}
-    matrix = detector.similarity_matrix
-    for i, test_file in enumerate(detector.test_files):
-        for j, ref_file in enumerate(detector.ref_files):
-            a, b = Path(test_file), Path(ref_file)
-            if a.name != b.name or b.parent.name == REFERENCE or not a.parent.name < b.parent.name:
-                continue
-            if matrix[i, j, 0] >= 0:  # -1: not compared
-                likeness.setdefault(a.stem, []).append(float(max(matrix[i, j, 0], matrix[i, j, 1])))
-    return {cell: cutoff(values, threshold) for cell, values in likeness.items()}
 
 
 def similarity(submissions: dict[str, Path], reference: Path, release: Path, report: Path,
@@ -156,10 +126,9 @@ def similarity(submissions: dict[str, Path], reference: Path, release: Path, rep
                                     extensions=["py"], display_t=threshold, same_name_only=True, autoopen=False,
                                     silent=True)
             detector.run()
-            cutoffs = cell_cutoffs(detector, threshold)
             for test_sim, ref_sim, test_file, ref_file, test_code, ref_code, _ in detector.get_copied_code_list():
                 a, b = Path(test_file), Path(ref_file)
-                if a.parent.name == b.parent.name or test_sim <= cutoffs.get(a.stem, threshold):
+                if a.parent.name == b.parent.name:
                     continue
                 ex = exercise_of.get(a.stem, a.stem)
                 other = "the reference solution" if b.parent.name == REFERENCE else b.parent.name
