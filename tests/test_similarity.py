@@ -132,3 +132,37 @@ def fused_chain(x, bias, alpha):
 def test_a_threshold_outside_0_1_is_refused(tmp_path):
     with pytest.raises(ValueError, match="between 0 and 1"):
         similarity.similarity({}, tmp_path, tmp_path, tmp_path / "r.html", threshold=80)
+
+
+EXTRA = '''
+
+def row_scale(x, s):
+    out = torch.empty_like(x)
+    rows, cols = x.shape
+    for r in range(rows):
+        acc = 0.0
+        for c in range(cols):
+            acc = acc + float(x[r, c]) * s
+            out[r, c] = acc / (c + 1)
+    return out
+'''
+
+
+def test_a_cell_whose_stub_fixes_the_code_is_held_to_its_own_baseline(tmp_path):
+    """Where the released stub already holds most of the reference answer, every answer is alike by construction:
+    no pair stands out. Alike answers to a cell the students wrote themselves are still flagged."""
+    written = _reference_answer(build.ROOT)  # code of another shape than OWN (boilerplate counts in every cell)
+    stub = OWN.replace("def fused_chain(", "def chained(")  # no exercise's function: the flags say "given"
+    reference = _notebook(tmp_path / "reference", {"given": stub + EXTRA, "written": written})
+    release = _notebook(tmp_path / "release", {"given": stub, "written": "# YOUR CODE HERE\nraise NotImplementedError()"})
+    students = {name: _notebook(tmp_path / name, {"given": stub + EXTRA, "written": written})
+                for name in ("ann", "ben", "cat", "dan")}
+    flags = similarity.similarity(students, reference, release, tmp_path / "r.html")
+    assert all(any(f.startswith(EXERCISE + ":") for f in flags[name]) for name in students), flags
+    assert not any(f.startswith("given:") for found in flags.values() for f in found), flags
+
+
+def test_the_cutoff_rises_with_how_alike_a_cells_answers_are():
+    assert similarity.cutoff([0.1, 0.2], 0.8) == 0.8  # too few pairs to say what is typical
+    assert similarity.cutoff([0.1, 0.2, 0.3], 0.8) == 0.8
+    assert similarity.cutoff([0.9, 0.9, 0.95], 0.8) == pytest.approx(0.95)

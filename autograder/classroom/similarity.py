@@ -4,14 +4,16 @@ grade-class calls similarity() after grading. Each answer cell (an nbgrader solu
 becomes one file named after its cell, and copydetect (winnowed fingerprints of the token stream, names
 abstracted away, as MOSS does) compares only files of the same cell: a student's `rmsnorm` with the reference
 solution's and with every other student's. What the release already gave them (the cell's stub) is boilerplate
-and never counts. A pair above the threshold becomes a flag for the CSV and a side-by-side entry in a
-self-contained HTML report (write_report: strongest pairs first, by student and exercise, the matching regions
-marked); a flag never changes a score: it tells the instructor where to look.
+and never counts; where the stub already holds most of the reference answer, a pair must also be more alike
+than the class's answers to that cell typically are (cutoff). A pair above the threshold becomes a flag for the
+CSV and a side-by-side entry in a self-contained HTML report (write_report: strongest pairs first, by student and
+exercise, the matching regions marked); a flag never changes a score: it tells the instructor where to look.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -92,6 +94,45 @@ def write_report(pairs: list[dict], threshold: float, report: Path) -> None:
         f"verdict or a grade.</p>{body}</body></html>\n", encoding="utf-8")
 
 
+FIXED_BY_STUB = 0.5  # the share of the reference answer's fingerprints that its released stub already holds
+MIN_PAIRS = 3  # pairs of students' answers to a cell from which what is typical of them is taken
+
+
+def _fixed_by_stub(tmp: Path, detector_class) -> list[str]:
+    """The answer cells whose released stub already holds most of the reference solution's answer: there every
+    answer is alike by construction, whoever wrote it."""
+    reference, stubs = tmp / "reference", tmp / "boilerplate"
+    if not reference.is_dir() or not stubs.is_dir():
+        return []
+    detector = detector_class(test_dirs=[str(p) for p in reference.glob("*")], ref_dirs=[str(stubs)],
+                              extensions=["py"], display_t=0.0, same_name_only=True, autoopen=False, silent=True)
+    detector.run()
+    matrix = detector.similarity_matrix
+    return [Path(t).stem for i, t in enumerate(detector.test_files) for j, _ in enumerate(detector.ref_files)
+            if matrix[i, j, 0] >= FIXED_BY_STUB]
+
+
+def _student_likeness(detector, cell: str) -> list[float]:
+    """How alike each pair of students' answers to the cell is (the larger of the two shares), each pair once."""
+    found, matrix = [], detector.similarity_matrix
+    for i, test_file in enumerate(detector.test_files):
+        for j, ref_file in enumerate(detector.ref_files):
+            a, b = Path(test_file), Path(ref_file)
+            if (a.stem == cell and b.stem == cell and b.parent.name != REFERENCE and a.parent.name < b.parent.name
+                    and matrix[i, j, 0] >= 0):  # -1: not compared
+                found.append(float(max(matrix[i, j, 0], matrix[i, j, 1])))
+    return found
+
+
+def cutoff(likeness: list[float], threshold: float) -> float:
+    """The share a pair of answers to a cell whose stub fixes the code must exceed to be flagged: halfway from the
+    students' median pair to identical, or the threshold if higher (or with fewer than MIN_PAIRS pairs)."""
+    if len(likeness) < MIN_PAIRS:
+        return threshold
+    typical = statistics.median(likeness)
+    return max(threshold, typical + (1 - typical) / 2)
+
+
 def similarity(submissions: dict[str, Path], reference: Path, release: Path, report: Path,
                threshold: float = THRESHOLD) -> dict[str, list[str]]:
     """Flags per student ({student: ["<exercise>: 93% like bob's", ...]}) and the HTML report written to report.
@@ -126,9 +167,11 @@ def similarity(submissions: dict[str, Path], reference: Path, release: Path, rep
                                     extensions=["py"], display_t=threshold, same_name_only=True, autoopen=False,
                                     silent=True)
             detector.run()
+            cutoffs = {cell: cutoff(_student_likeness(detector, cell), threshold)
+                       for cell in _fixed_by_stub(tmp, CopyDetector)}
             for test_sim, ref_sim, test_file, ref_file, test_code, ref_code, _ in detector.get_copied_code_list():
                 a, b = Path(test_file), Path(ref_file)
-                if a.parent.name == b.parent.name:
+                if a.parent.name == b.parent.name or test_sim <= cutoffs.get(a.stem, threshold):
                     continue
                 ex = exercise_of.get(a.stem, a.stem)
                 other = "the reference solution" if b.parent.name == REFERENCE else b.parent.name
