@@ -900,7 +900,7 @@ def flash_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cau
     """(o, lse) of attention over q (B, H, N, D), k and v (B, H, N_kv, D), computed block by block in float32.
 
     o has q's shape and dtype; lse (B, H, N) float32. block_m queries and block_n keys a step."""
-    # o = torch.empty_like(q); lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    # o = torch.empty(q.shape, dtype=q.dtype, device=q.device); lse likewise, (B, H, N) float32
     # for start_m in range(0, N, block_m):             # one Triton program's work in the next exercise
     #     ...  # q block in float32; m = -inf, l = 0, acc = 0 for its rows
     #     for start_n in range(0, stop, block_n):      # causal: stop at the diagonal
