@@ -1037,8 +1037,10 @@ for i, m in enumerate(LB_MS):
 # keeps its float32 output for the backward; the backward then makes the float32 gradient of the logits and
 # casts it back to the inputs' dtype for the two products. Several of these are alive together, so the peak is
 # a few times the float32 logits, and it grows with `M`. Mine holds one chunk: its float32 logits and its
-# `dlogits` in the inputs' dtype, `C·V·(4 + e)` bytes, the same whatever `M` is once `M` exceeds the chunk (the
-# "rows" the cell prints count both, in float32 logits' worth).
+# `dlogits` in the inputs' dtype, `C·V·(4 + e)` bytes (the "rows" the cell prints count both, in float32 logits'
+# worth). How that grows with `M` is the chunk's sizing: a fixed `C` keeps it flat; a chunk sized as a fraction
+# of all the logits (an eighth, say, under the memory bar's quarter) grows with `M` as eager does, a fixed small
+# share of it, until a cap on the chunk's bytes stops it.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused forward and backward against eager and compiled PyTorch
