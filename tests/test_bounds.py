@@ -223,6 +223,22 @@ def _cross_entropy_backward_chunked(h, w, targets, rows=16):
     return loss, dh, dw
 
 
+
+def _sparse_head_fp32(h, w, b, mask):
+    """A SPLADE head as PyTorch computes it in float32: the logits in full, activated, masked, max-pooled."""
+    z = torch.log1p(torch.relu(h.float() @ w.float().t() + b.float()))
+    return (z * mask[..., None].float()).amax(dim=1)
+
+
+def _sparse_head_streaming(h, w, b, mask, block=16):
+    """What notebook 05 teaches: a running max of the float32 logits over blocks of tokens, the activation once."""
+    best = torch.full((h.shape[0], w.shape[0]), float("-inf"), device=h.device)
+    for start in range(0, h.shape[1], block):
+        z = h[:, start:start + block].float() @ w.float().t() + b.float()
+        z = z.masked_fill(~mask[:, start:start + block, None], float("-inf"))
+        best = torch.maximum(best, z.amax(dim=1))
+    return torch.log1p(torch.relu(best))
+
 # For every kernel exercise: PyTorch's own op, or its eager code where it has none (torch.compile of that code
 # is graded on a GPU below), and the algorithm the notebook teaches, written in torch.
 TORCH_VERSIONS = [
@@ -237,6 +253,7 @@ TORCH_VERSIONS = [
     ("05.softmax", _softmax), ("05.softmax", _softmax_online),
     ("05.flash_attention", _sdpa), ("05.flash_attention", _attention_online),
     ("05.linear_cross_entropy", _cross_entropy), ("05.linear_cross_entropy", _cross_entropy_streaming),
+    ("05.sparse_head", _sparse_head_fp32), ("05.sparse_head", _sparse_head_streaming),
     ("07.flash_attention_backward", _sdpa_backward), ("07.flash_attention_backward", _attention_backward_recompute),
     ("07.linear_cross_entropy_backward", _cross_entropy_backward),
     ("07.linear_cross_entropy_backward", _cross_entropy_backward_chunked),

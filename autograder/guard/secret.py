@@ -21,6 +21,7 @@ EXTRA_SHAPES = {
     "05.flash_attention_torch": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd")),
     "05.moe_router": (Shape((65, 200, 8)), Shape((7, 128, 2), "ties padded"), Shape((1, 8, 8))),
     "05.linear_cross_entropy": (Shape((65, 48, 4097)), Shape((3, 72, 257), "confident int32"), Shape((2, 8, 2))),
+    "05.sparse_head": (Shape((2, 65, 80, 1031)), Shape((5, 3, 16, 2), "empty"), Shape((1, 200, 24, 129), "full")),
     "08.flash_attention_ws": (Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal"),
                               Shape((1, 1, 257, 128))),
 }

@@ -17,6 +17,7 @@ _MODULES = (
     "streaming_reduction_fusion",
     "streaming_softmax",
     "tiled_attention",
+    "sparse_head",
     "compiler_fusion",
     "training_predictions",
     "fusion_for_training",

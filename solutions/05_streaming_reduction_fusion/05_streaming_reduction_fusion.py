@@ -7,9 +7,9 @@
 # ---
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
-# # 05 · Streaming-reduction fusion: online softmax, FlashAttention, cross-entropy without its logits
+# # 05 · Streaming-reduction fusion: online softmax, FlashAttention, vocabulary heads without their logits
 #
-# About 6-9 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row held in registers)
+# About 7-10 hours · difficulty ★★★ · prerequisites: notebooks 01 (the cost model), 02 (a row held in registers)
 # and 04 (the tiled GEMM and its epilogue)
 #
 # Notebook 02 fused a reduction into its consumer by holding a whole row in registers: compute the row's
@@ -35,7 +35,10 @@
 # 5. apply the same pattern to a linear layer followed by cross-entropy and write a **fused linear
 #    cross-entropy** whose logits never exist (graded on the memory it allocates), then measure its memory
 #    and time;
-# 6. answer five short written questions about what you measured.
+# 6. apply it once more to a **sparse retrieval head** (SPLADE), whose max over a passage's tokens never needs
+#    the `B × S × V` logits (graded on memory and on speed against the bare GEMM), after **predicting** what the
+#    unfused head stores;
+# 7. answer six short written questions about what you measured.
 #
 # | exercise | what | time · difficulty | points |
 # |---|---|---|---|
@@ -47,7 +50,9 @@
 # | 05.flash_attention_torch | FlashAttention-2's loop in plain PyTorch | 30 min · ★★☆ | 6 |
 # | 05.flash_attention | FlashAttention's forward pass | 2 h · ★★★ | 17 |
 # | 05.linear_cross_entropy | a linear layer and cross-entropy without the logits | 90 min · ★★★ | 11 |
-# | five written questions | | 30 min | 5 |
+# | 05.predict_sparse_head_bytes | what an unfused sparse head stores, what the fused one writes | 5 min · ★☆☆ | 1 |
+# | 05.sparse_head | a SPLADE head's masked max over the sequence without the logits | 60 min · ★★★ | 11 |
+# | six written questions | | 35 min | 6 |
 #
 # Each exercise comes after the model that predicts its cost, and each measurement after the exercise: it
 # times your kernel. A measurement cell run before you have written its exercise leaves your kernel out and
@@ -1660,6 +1665,254 @@ del h, w, targets
 # does not fuse a reduction into a library GEMM's epilogue; only a kernel that computes each logit tile and
 # reduces it before storing, as yours does, never holds them.
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "sparse-md", "locked": true, "schema_version": 3, "solution": false}
+# ## 6. A max instead of a softmax: a sparse retrieval head
+#
+# Learned sparse retrievers (SPLADE and its fused descendants) describe a passage by one weight per word of the
+# vocabulary. The encoder's hidden states `h (B, S, H)` go through its masked-language-model head, logits
+# `z = h Wᵀ + b` over `V = 30522` words for every token, and each word keeps its strongest evidence in the
+# passage:
+#
+# `weights[b, v] = max over the real tokens s of log(1 + relu(z[b, s, v]))`
+#
+# Written as it reads, PyTorch stores `z` (`B × S × V`: 16 passages of 512 tokens make 1 GB in float32), then
+# reads and writes it again for the activation, the mask and the max. It is section 5's pattern with a simpler
+# reduction: stream vocabulary tiles through the GEMM and reduce each tile of logits before it is stored. One
+# observation makes it simpler still: `log(1 + relu(z))` never decreases as `z` grows, so **the max can be taken
+# on `z` itself** and the activation applied once per `(b, v)` at the end. A program holding one vocabulary tile
+# for one passage keeps a running max per word in registers while it walks the passage's tokens, block by
+# block; nothing of size `S × V` ever reaches HBM. The product's `2·B·S·H·V` flops stay: the fused head is a
+# GEMM with a reduction for an epilogue, and its time is the GEMM's.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "sparse-predict-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.predict_sparse_head_bytes · what the head stores (about 5 min · ★☆☆)
+#
+# **Spec.** Before writing the kernel, count what is at stake. `predicted_sparse_head_bytes(b, s, v)` returns a
+# pair: the bytes of the float32 logits an unfused head stores for `b` passages of `s` tokens over `v` words, and
+# the bytes of the float32 weights the fused head writes instead. The measurement after the exercise draws your
+# numbers beside what each version allocates.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# The logits leave the float32 accumulator, whatever the inputs' dtype; the fused head's output has no
+# sequence dimension left.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `return 4 * b * s * v, 4 * b * v` is the form; make sure you see why each factor is there.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 05.predict_sparse_head_bytes -->
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_sparse_head_bytes", "locked": false, "schema_version": 3, "solution": true}
+def predicted_sparse_head_bytes(b: int, s: int, v: int) -> tuple[int, int]:
+    """(bytes of the float32 logits of b passages of s tokens over v words, bytes of the fused head's float32
+    (b, v) output)."""
+    ### BEGIN SOLUTION
+    return 4 * b * s * v, 4 * b * v
+    ### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_predict_sparse_head_bytes", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("05.predict_sparse_head_bytes", predicted_sparse_head_bytes).assert_passed("correctness")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "sparse-ex-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Exercise 05.sparse_head · a SPLADE head without its logits (about 60 min · ★★★)
+#
+# **Spec.** `sparse_head(h, w, b, mask) -> weights`, float32 of shape `(B, V)`, with
+# `weights[i, v] = max over the tokens s with mask[i, s] of log(1 + relu(h[i, s] · w[v] + b[v]))` and 0 for a
+# passage with no token kept. `h (B, S, H)`, `w (V, H)` (an `nn.Linear` weight, read transposed) and `b (V,)` in
+# fp32, fp16 or bf16; `mask (B, S)` bool. One launch; no tensor of size `S × V` allocated: one program per
+# (vocabulary tile, passage) loops over the passage's tokens in blocks, computes each block's logits with
+# `tile_dot`, and folds them into a running max per word.
+#
+# **Hints**
+#
+# <details><summary>Hint 1 · the idea</summary>
+#
+# Since `log(1 + relu(·))` only grows with its argument, `max_s log(1 + relu(z_s)) = log(1 + relu(max_s z_s))`:
+# keep the max of the raw logits and apply the activation once, at the store. A masked token must not count:
+# give it `−inf` before the max.
+#
+# </details>
+# <details><summary>Hint 2 · the shape of the code</summary>
+#
+# `pid = tl.program_id(0)`; the passage is `pid % B`, the word tile `pid // B`. `best = −inf` for the tile's
+# words; for each block of `BLOCK_S` tokens: `z = tile_dot(...) + bias`, `z = tl.where(keep[:, None], z, −inf)`
+# (keep: the mask loaded as bytes, and the token inside `S`), `best = tl.maximum(best, tl.max(z, axis=0))`.
+# Store `tl.log(1.0 + tl.maximum(best, 0.0))`.
+#
+# </details>
+# <details><summary>Hint 3 · close to the answer</summary>
+#
+# `tile_dot(h_ptr + passage * stride_hb, w_ptr, rs, rv, S, V, H, stride_hs, stride_hh, stride_wh, stride_wv, ...)`
+# reads `w` as `wᵀ` by its swapped strides. A bool tensor reaches Triton as bytes: pass `mask.view(torch.uint8)`
+# and compare with 0. The max of an empty passage is `−inf`, and `relu(−inf) = 0`: no special case is needed.
+#
+# </details>
+# <details><summary>Make it fast</summary>
+#
+# Number the programs so that all passages of one word tile run side by side: its `w` tile then comes from L2
+# after the first. Tiles of 64 tokens × 128 words, `BLOCK_H = 64` in 16-bit.
+#
+# </details>
+#
+# **Graded.**
+#
+# <!-- graded: 05.sparse_head -->
+
+# %% nbgrader={"grade": false, "grade_id": "sparse_head", "locked": false, "schema_version": 3, "solution": true}
+# Helpers your kernel and launcher call (launch settings, input checks) go here; or write everything inside the
+# two functions below.
+### BEGIN SOLUTION
+# include: kernels/sparse_head.py (sparse_head_settings, _check_inputs)
+### END SOLUTION
+
+
+@triton.jit
+def _sparse_head_kernel(h_ptr, w_ptr, b_ptr, mask_ptr, out_ptr, B, S, H, V, stride_hb, stride_hs, stride_hh,
+                        stride_wv, stride_wh, stride_mb, stride_ms, stride_ob,
+                        BLOCK_S: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+                        PRECISION: tl.constexpr):
+    """One program: one passage (pid % B) and BLOCK_V words (pid // B); a running max of their logits over the
+    passage's kept tokens, stored as log(1 + relu(max)) in out (B, V) float32."""
+    # ...  # which passage, which words; the bias of those words; best = -inf per word
+    # ...  # for each block of BLOCK_S tokens: z = tile_dot(...) + bias; -inf where a token is masked or past S;
+    # ...  #   best = max(best, max of z over the block's tokens)
+    # ...  # store log(1 + relu(best)) for the words inside V
+    ### BEGIN SOLUTION
+    # include body: kernels/sparse_head.py (_sparse_head_kernel)
+    ### END SOLUTION
+
+
+def sparse_head(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """weights (B, V) float32: the masked max over the sequence of log(1 + relu(h @ w.T + b)), one launch.
+
+    h (B, S, H), w (V, H), b (V,): fp32, fp16 or bf16; mask (B, S) bool."""
+    # ...  # check the shapes; allocate out (B, V) float32; launch one program per (word tile, passage)
+    ### BEGIN SOLUTION
+    # include body: kernels/sparse_head.py (sparse_head)
+    ### END SOLUTION
+
+# %% nbgrader={"grade": false, "grade_id": "sparse_head-try", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+check("05.sparse_head", sparse_head)
+
+# %% nbgrader={"grade": true, "grade_id": "test_sparse_head_correctness", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.sparse_head", sparse_head, criteria=["correctness"]).assert_passed("correctness")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sparse_head_precision", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.sparse_head", sparse_head, criteria=["precision"]).assert_passed("precision")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sparse_head_memory", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+check("05.sparse_head", sparse_head, criteria=["memory"]).assert_passed("memory")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sparse_head_performance", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+check("05.sparse_head", sparse_head, criteria=["performance"]).assert_passed("performance")
+
+# %% nbgrader={"grade": true, "grade_id": "test_sparse_head_fusion", "locked": true, "points": 1, "schema_version": 3, "solution": false}
+check("05.sparse_head", sparse_head, criteria=["fusion"]).assert_passed("fusion")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "sparse-measure-md", "locked": true, "schema_version": 3, "solution": false}
+# ### Your sparse head against the model
+#
+# The cell counts the memory one call allocates as the passages grow longer, for the head written as it reads
+# and for yours, beside your prediction of the logits' bytes and of the output's. On a GPU it also times, at 16
+# passages of 512 tokens over BERT's vocabulary, the bare product (cuBLAS), the unfused head, `torch.compile`'s
+# and yours, against the model: the product's flops at the matmul peak.
+
+# %% nbgrader={"grade": false, "grade_id": "sparse-measure", "locked": true, "schema_version": 3, "solution": false}
+# demonstration (not graded; the grader skips this cell)
+from autograder.specs import sparse_head as sparse_torch  # the unfused head and the flop count
+
+SP_B, SP_H, SP_V = (16, 768, 30522) if ON_GPU else (2, 64, 2048)
+SP_SEQS = runtime.demo_points([64, 128, 256, 512] if ON_GPU else [8, 32, 128])
+SP_DTYPE = torch.bfloat16 if ON_GPU else torch.float32
+w_sp = (torch.randn(SP_V, SP_H, device=DEVICE) / SP_H**0.5).to(SP_DTYPE)
+b_sp = (0.5 * torch.randn(SP_V, device=DEVICE)).to(SP_DTYPE)
+sp_mem = {"unfused head (logits in memory)": [], "your sparse_head": []}
+for s in tqdm(SP_SEQS, desc="sparse head memory over passage lengths"):
+    h_sp = torch.randn(SP_B, s, SP_H, device=DEVICE).to(SP_DTYPE)
+    mask_sp = torch.ones(SP_B, s, dtype=torch.bool, device=DEVICE)
+    sp_mem["unfused head (logits in memory)"].append(
+        extra_bytes(lambda: sparse_torch.sparse_head_eager(h_sp, w_sp, b_sp, mask_sp)))
+    if "your sparse_head" not in sp_mem:
+        continue
+    try:
+        sparse_head(h_sp, w_sp, b_sp, mask_sp)  # first call: compilation stays out of the count
+    except Exception as exc:  # noqa: BLE001  only an exercise not written yet is left out
+        if not not_written(exc):
+            raise
+        print(f"your sparse_head: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
+        del sp_mem["your sparse_head"]
+        continue
+    sp_mem["your sparse_head"].append(extra_bytes(lambda: sparse_head(h_sp, w_sp, b_sp, mask_sp)))
+
+try:
+    sp_predicted = [predicted_sparse_head_bytes(SP_B, s, SP_V) for s in SP_SEQS]
+except Exception as exc:  # noqa: BLE001  the prediction not written yet: the true counts instead
+    if not not_written(exc):
+        raise
+    sp_predicted = None
+    print("your prediction is not written yet: the lines below are the model's")
+sp_model = [sparse_torch.predicted_sparse_head_bytes_reference(SP_B, s, SP_V) for s in SP_SEQS]
+fig, ax = plt.subplots(figsize=(7.5, 4.4))
+seqs = np.array(SP_SEQS, dtype=float)
+ax.loglog(seqs, [m[0] / 2**20 for m in sp_model], "k--", label="the float32 logits (4·B·S·V bytes)")
+ax.loglog(seqs, [m[1] / 2**20 for m in sp_model], "k:", label="the fused head's output (4·B·V bytes)")
+if sp_predicted:
+    ax.loglog(seqs, [p[0] / 2**20 for p in sp_predicted], "r+", ms=12, label="your prediction: logits")
+    ax.loglog(seqs, [p[1] / 2**20 for p in sp_predicted], "rx", ms=9, label="your prediction: fused output")
+for (name, vals), style in zip(sp_mem.items(), ("s-", "o-")):
+    if vals:
+        ax.loglog(seqs[: len(vals)], np.array(vals) / 2**20, style, label=name)
+ax.set_xticks(SP_SEQS, [str(s) for s in SP_SEQS])
+ax.minorticks_off()
+ax.set_xlabel("tokens per passage S")
+ax.set_ylabel("MiB allocated by one call")
+ax.set_title(f"B = {SP_B}, H = {SP_H}, V = {SP_V}, {str(SP_DTYPE).replace('torch.', '')}"
+             + ("" if ON_GPU else "\n(interpreter: allocations added up)"))
+ax.grid(True, which="both", alpha=0.3)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+for i, s in enumerate(SP_SEQS):
+    yours = (f"yours {sp_mem['your sparse_head'][i] / 2**20:8.2f} MiB" if len(sp_mem.get("your sparse_head", [])) > i
+             else "yours not written yet")
+    print(f"S={s:<5} unfused {sp_mem['unfused head (logits in memory)'][i] / 2**20:9.1f} MiB, {yours}; "
+          f"model: logits {sp_model[i][0] / 2**20:.1f} MiB, fused output {sp_model[i][1] / 2**20:.2f} MiB")
+if ON_GPU:
+    compiled_sp = runtime.demo_compile(sparse_torch.sparse_head_eager, dynamic=False)
+    calls = {"cuBLAS logits alone": lambda: h_sp @ w_sp.t(),
+             "unfused head": lambda: sparse_torch.sparse_head_eager(h_sp, w_sp, b_sp, mask_sp),
+             "torch.compile": lambda: compiled_sp(h_sp, w_sp, b_sp, mask_sp),
+             "your sparse_head": lambda: sparse_head(h_sp, w_sp, b_sp, mask_sp)}
+    sp_ms = timed_in_turns(calls, desc=f"sparse head, S = {SP_SEQS[-1]}", rep=100)
+    sp_flops = sparse_torch.sparse_head_flops(h_sp, w_sp)
+    print(f"\nS={SP_SEQS[-1]}: model (the product at the matmul peak) {1e3 * sp_flops / (peak_tflops * 1e12):.2f} ms")
+    for name, ms in sp_ms.items():
+        print(f"{name:<22} {ms:7.2f} ms = {sp_flops / (ms * 1e9):5.0f} TFLOP/s")
+else:
+    print("No GPU: time was not measured; memory was counted in the interpreter at the small sizes above.")
+del h_sp, w_sp, b_sp, mask_sp
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "q-sparse-md", "locked": true, "schema_version": 3, "solution": false}
+# **Question 6.** Your fused head relies on `log(1 + relu(·))` never decreasing. Name an activation for which
+# the same trick (take the max of the logits, activate once) would give a wrong answer, and say what the kernel
+# would have to keep per word instead.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q-sparse-monotone", "locked": false, "points": 1, "schema_version": 3, "solution": true}
+# Any activation that is not monotone: `z²`, `|z|` or GELU (which dips below zero for negative inputs), say. With
+# `z²` the largest weight can come from the most negative logit, so the max of the raw logits picks the wrong
+# token. The kernel would then apply the activation to every logit of the block before the max (still in
+# registers, still never stored: the fusion survives, only the shortcut does not), or, for `z²` or `|z|`, keep
+# both the running max and the running min of the raw logits and activate the two at the end.
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "summary", "locked": true, "schema_version": 3, "solution": false}
 # ## What to take away
 #
@@ -1677,10 +1930,13 @@ del h, w, targets
 #   in registers, memory is `O(N)` instead of `O(N²)`, the time is the tensor cores', and a causal mask halves
 #   it when the tiles above the diagonal are skipped rather than masked.
 # * Any reduction over the output of a matrix product can be fused into the product's epilogue the same way:
-#   a cross-entropy over a 128k vocabulary needs per-tile `(max, sum)` pairs, not the logits.
+#   a cross-entropy over a 128k vocabulary needs per-tile `(max, sum)` pairs, not the logits, and a sparse
+#   head's max over the sequence needs one running max per word, taken before a monotone activation.
 #
 # ## Further reading
 #
+# * Formal, Piwowarski and Clinchant, *SPLADE: Sparse Lexical and Expansion Model for First Stage Ranking*
+#   (2021): https://arxiv.org/abs/2107.05720
 # * Milakov and Gimelshein, *Online normalizer calculation for softmax* (2018): https://arxiv.org/abs/1805.02867
 # * Dao, Fu, Ermon, Rudra and Ré, *FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness*
 #   (2022): https://arxiv.org/abs/2205.14135
