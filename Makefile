@@ -49,7 +49,7 @@ else
 	cp constraints.txt $(VENV)/constraints.txt
 ifneq ($(TORCH_INDEX_URL),)
 	@echo "==> $(TORCH_PIN) from $(TORCH_INDEX_URL) (TORCH_INDEX=$(TORCH_INDEX); TORCH_INDEX=pypi takes PyPI's CUDA build)"
-	$(BIN)/python -m pip install --quiet --progress-bar off --retries 1 --no-deps --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)'
+	$(BIN)/python -m pip install --quiet --progress-bar off --retries 1 --timeout 20 --no-deps --index-url $(TORCH_INDEX_URL) '$(TORCH_PIN)'
 endif
 endif
 	@echo "==> installing pinned packages (about a minute)"
