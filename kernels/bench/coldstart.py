@@ -371,13 +371,7 @@ def main(argv=None) -> int:
         return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    shapes = {}
-    for item in args.shape:
-        ex_id, _, dims = item.partition("=")
-        try:
-            shapes[ex_id] = tuple(int(d) for d in dims.split(","))
-        except ValueError:
-            parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
+    shapes = headroom.parse_shapes(parser, args.shape)
     if shapes and not args.exercises:
         parser.error("--shape times one exercise alone: add --exercises")
     if args.label and not args.label.replace("-", "").isalnum():

@@ -216,6 +216,21 @@ def merge(paths: list[Path], out: Path) -> dict:
     return merged
 
 
+def parse_shapes(parser: argparse.ArgumentParser, items: list[str]) -> dict:
+    """{exercise: dims} from --shape EXERCISE=D1,D2,... arguments, or the parser's error naming the bad one."""
+    shapes = {}
+    for item in items:
+        ex_id, _, dims = item.partition("=")
+        try:
+            shapes[ex_id] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
+    unknown = sorted(set(shapes) - {ex.id for ex in registry.all_exercises()})
+    if unknown:
+        parser.error(f"--shape names no exercise: {', '.join(unknown)}")
+    return shapes
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="runs per version (default 5)")
@@ -238,21 +253,12 @@ def main(argv=None) -> int:
         return 0 if all(row["summary"]["ok"] for row in merged["rows"]) else 1
     if args.rounds < 1 or args.naive_rounds < 1:
         parser.error("--rounds and --naive-rounds must be at least 1")
-    shapes = {}
-    for item in args.shape:
-        ex_id, _, dims = item.partition("=")
-        try:
-            shapes[ex_id] = tuple(int(d) for d in dims.split(","))
-        except ValueError:
-            parser.error(f"--shape {item!r}: expected EXERCISE=D1,D2,... with whole numbers")
+    shapes = parse_shapes(parser, args.shape)
     if not needs_gpu("headroom"):
         return 2
 
     prof = device.profile()
     cfg = config.load()
-    unknown = sorted(set(shapes) - {ex.id for ex in registry.all_exercises()})
-    if unknown:
-        parser.error(f"--shape names no exercise: {', '.join(unknown)}")
     rows = measure(args.rounds, args.only, echo=lambda line: print(line, flush=True), naive_rounds=args.naive_rounds,
                    shapes=shapes)
     min_speedups = {ex.id: cfg.bar(ex, "min_speedup_over_eager", 1.0) for ex in registry.all_exercises()}
