@@ -16,7 +16,16 @@ def _exporter():
     from nbconvert import HTMLExporter
     from traitlets.config.loader import PyFileConfigLoader
 
-    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    # The course's config file names its grading file for the processes nbgrader starts (os.environ.setdefault):
+    # loaded here, it must not leave that setting to the other tests of this process.
+    before = os.environ.get("FUSION_COURSE_GRADING")
+    try:
+        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    finally:
+        if before is None:
+            os.environ.pop("FUSION_COURSE_GRADING", None)
+        else:
+            os.environ["FUSION_COURSE_GRADING"] = before
     assert cfg.HTMLExporter.template_file == "page.html.j2"
     # What GenerateFeedback adds itself: the style sheet its page inlines.
     cfg.HTMLExporter.extra_template_paths = [os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions",
