@@ -127,11 +127,11 @@ handout: $(STAMP)
 	$(BIN)/python -m autograder.publish.handout
 
 # The benchmark's peer column needs Liger-Kernel (the optional `bench` extra), installed pinned here. The run is
-# saved in kernels/bench/results/; docs/benchmarks.md is then written from every committed run.
+# saved in bench/results/; docs/benchmarks.md is then written from the newest committed runs.
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet --progress-bar off -c constraints.txt -e '.[bench]'
-	$(BIN)/python -m kernels.bench
-	$(BIN)/python -m kernels.bench.report
+	$(BIN)/python -m bench
+	$(BIN)/python -m bench.report
 
 device: $(STAMP)
 	$(BIN)/python -m autograder device

@@ -31,7 +31,7 @@ demonstration would indent every line the student reads; nbclient's skip-executi
 only, prints nothing, and is not restored.
 
 FUSION_COURSE_RUN_DEMOS=1 runs the demonstrations under the grader's switch anyway, sized down as the switch
-sizes them (runtime.demo_points): what grading cost before they were skipped (kernels.bench.grading's "small"
+sizes them (runtime.demo_points): what grading cost before they were skipped (bench.grading's "small"
 mode), and a way to see a demonstration fail as the grader would run it.
 """
 

@@ -3,9 +3,9 @@
 - Each release notebook course/NN_name/NN_name.ipynb becomes a page at that same path in the site, read in place
   from the repository; mkdocs-jupyter renders it without running it.
 - A page may show a picture kept elsewhere in the repository by linking it relative to docs/, as GitHub shows it
-  (`![...](../kernels/bench/results/x.png)`): the picture is served at kernels/bench/results/x.png and the link
+  (`![...](../bench/results/x.png)`): the picture is served at bench/results/x.png and the link
   rewritten to it. Only pictures: a link to any other file outside docs/ still fails the strict build.
-- Where docs/benchmarks.md (generated from kernels/bench/results/) is missing, a short placeholder page stands in
+- Where docs/benchmarks.md (generated from bench/results/) is missing, a short placeholder page stands in
   for it in this build only. Nothing is written to disk.
 """
 
@@ -25,7 +25,7 @@ LINK = re.compile(r"(\]\()([^)\s]+)(\))")
 
 PLACEHOLDER = """# Benchmarks
 
-This page is generated from the committed results in `kernels/bench/results/`; it has not been generated in
+This page is generated from the committed results in `bench/results/`; it has not been generated in
 this checkout yet.
 """
 

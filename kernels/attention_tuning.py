@@ -2,7 +2,7 @@
 
 kernels/flash_attention.py and kernels/flash_attention_backward.py launch their kernels with settings chosen by
 timing a few candidates on an H100 and an H200. To ask whether a wider search would have found more, a benchmark
-(python -m kernels.bench.hopper) launches the same kernels, unchanged, with every setting of a larger space:
+(python -m bench.hopper) launches the same kernels, unchanged, with every setting of a larger space:
 BLOCK_M and BLOCK_N 64 or 128, 2 to 5 pipeline stages, 4 or 8 warps. The launchers here pass exactly the
 arguments the course's launchers pass, so a setting the course uses compiles once for both. Each takes
 warmup=True to compile without running (Triton's handle to the compiled kernel is returned), so that many
@@ -13,7 +13,7 @@ shared memory than a block may have. The estimate, e D (BLOCK_M + 2 stages BLOCK
 V tile per pipeline stage, is what Triton 3.6 allocates for the portable kernel compiled for sm_90, to the byte
 (the TMA kernel adds 1 KB of barriers). Registers are not estimated: compiled for sm_90, most settings at D = 128
 take all 255 registers a thread may have without spilling, so only the compiled kernel can say
-(python -m kernels.bench.hopper records registers and spills of every setting it compiles).
+(python -m bench.hopper records registers and spills of every setting it compiles).
 """
 
 from __future__ import annotations

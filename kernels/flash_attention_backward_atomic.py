@@ -118,7 +118,7 @@ def _dkdv_dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_
 
 # Tried in order; a setting this Triton or GPU cannot compile is skipped from then on (kernels.tma.
 # first_that_compiles). The first is the course's dK/dV setting at D = 128. Not yet timed: python -m
-# kernels.bench.hopper measures these against the course's backward and SDPA's.
+# bench.hopper measures these against the course's backward and SDPA's.
 ATOMIC_SETTINGS = tuple({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s}
                         for bm, bn, w, s in ((64, 128, 8, 2), (64, 64, 4, 3), (32, 128, 8, 3)))
 

@@ -82,8 +82,8 @@ def _flash_attention_ws_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, N, N_KV, qk_
 
 # Tried in order; a setting this Triton cannot compile or this GPU cannot hold is skipped from then on
 # (kernels.tma.first_that_compiles). The one setting whose results were right on an H200 with Triton 3.6
-# (python -m kernels.bench.hopper, at (4, 16, 4096, D) bf16, D 64 and 128, causal and not: the sweeps of
-# kernels/bench/results/hopper/): every other warp-specialized setting there, 128-row query tiles and 64 x 64
+# (python -m bench.hopper, at (4, 16, 4096, D) bf16, D 64 and 128, causal and not: the sweeps of
+# bench/results/hopper/): every other warp-specialized setting there, 128-row query tiles and 64 x 64
 # tiles, returned wrong outputs, where the same source compiled without the flag (8 warps) is right. So only it is
 # tried: falling back to a setting that compiles but computes wrong would be worse than failing. Compiled for
 # sm_90: 12 warps, 168 registers a thread, no spill, 164 KB of shared memory at D = 128 (too much above 128:
@@ -92,7 +92,7 @@ WS_SETTINGS = (
     {"BLOCK_M": 64, "BLOCK_N": 128, "WARP_SPECIALIZE": True, "num_warps": 4, "num_stages": 2},
 )
 
-# What python -m kernels.bench.hopper sweeps: the flag on at 4 warps over every tile and stage count that fits in
+# What python -m bench.hopper sweeps: the flag on at 4 warps over every tile and stage count that fits in
 # shared memory at D = 128 (Triton 3.6 for sm_90: 115 to 214 KB), and two twins with the flag off at 8 warps,
 # which time the same loop without the producer warp group.
 WS_SPACE = WS_SETTINGS + tuple(

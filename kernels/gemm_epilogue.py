@@ -188,7 +188,7 @@ def _gemm_gelu_residual_tma_kernel(x_desc, w_desc, r_desc, out_desc, b_ptr, stri
 
 
 # Tried in order: a setting this Triton cannot compile is skipped from then on. Chosen by timing 8192^3 bf16
-# on an H200 (python -m kernels.bench.gemm --sweep): FLATTEN overlaps each epilogue with the next tile's
+# on an H200 (python -m bench.gemm --sweep): FLATTEN overlaps each epilogue with the next tile's
 # loads (about 3%); SUBTILES=2 halves the shared memory of the r and out tiles, which makes room for the
 # flattened pipeline's buffers. Warp specialization measured no faster here.
 TMA_SETTINGS = (

@@ -160,7 +160,7 @@ def _logit_stats_tma_kernel(h_desc, w_desc, t_ptr, part_m_ptr, part_s_ptr, tgt_p
 
 
 # Tried in order; a setting this Triton or GPU cannot compile is skipped from then on (see kernels.tma). Timed
-# on an H200 at 8192 x 4096 -> 128256 bf16 (python -m kernels.bench.streaming --sweep): 13.10 ms, against
+# on an H200 at 8192 x 4096 -> 128256 bf16 (python -m bench.streaming --sweep): 13.10 ms, against
 # cuBLAS computing the logits alone in 12.67 and torch.compile's whole loss in 13.93; flattening the loops and
 # halving the epilogue (SUBTILES=2) measured the same, narrower tiles 7 to 11% slower.
 CE_TMA_SETTINGS = (

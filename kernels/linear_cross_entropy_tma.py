@@ -17,7 +17,7 @@ Flops 6 M V K. Extra memory beyond dh and dw: the chunk's logits, M_c V elements
 partials. The price of chunking is 4.: dw (V x K) is read and written once a chunk, so fewer, larger chunks are
 faster and hold more memory (rows=). At 8192 x 4096 -> 128256 bf16, dh and dw are 1.04 GiB and 1024-row chunks
 add 0.26 GiB (2048 rows: 0.5 GiB), against 3.0 GiB for torch.compile's training step on an H100
-(kernels/bench/results/training/): the course's goal, no slower than torch.compile in at most half its memory,
+(bench/results/training/): the course's goal, no slower than torch.compile in at most half its memory,
 leaves room for chunks of about 1900 rows.
 """
 

@@ -1,6 +1,6 @@
 """Row argmax with launch settings chosen per shape by triton.autotune (notebook 06, exercise 3).
 
-Measured on an H100 (fractions of copy bandwidth; kernels/bench/results/): at 64 rows of 128256 (decode) only a
+Measured on an H100 (fractions of copy bandwidth; bench/results/): at 64 rows of 128256 (decode) only a
 16384-wide chunk over 32 warps keeps enough loads in flight (0.31; 1024 over 4 warps: 0.09); at 16384 rows of
 32000 the small programs win (0.98-0.99; 16384 over 32 warps: 0.65). The key holds the row length and a
 power-of-two bucket of the row count, so a choice made on a few rows is not reused for many. No configuration

@@ -107,7 +107,7 @@ def _swiglu_tma_kernel(x_desc, g_desc, u_desc, h_desc, M, N, K, BLOCK_M: tl.cons
         h_desc.store([off_m, off_n], h.to(h_desc.dtype))
 
 
-# Chosen by timing x 8192 x 4096 against 4096 x 11008 weights in bf16 on an H200 (python -m kernels.bench.gemm
+# Chosen by timing x 8192 x 4096 against 4096 x 11008 weights in bf16 on an H200 (python -m bench.gemm
 # --sweep); the warp-specialized setting first, the plain one where this Triton cannot compile it.
 SWIGLU_TMA_SETTINGS = (
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=16, FLATTEN=False, WARP_SPECIALIZE=True, num_warps=8,

@@ -1,4 +1,4 @@
-"""The cold-start headroom benchmark (kernels/bench/coldstart.py) without a GPU: its summaries, merge and table
+"""The cold-start headroom benchmark (bench/coldstart.py) without a GPU: its summaries, merge and table
 from made-up runs, its child's result line on the CPU, and the rule it exists for: no bar of this commit sits
 above the worst committed cold run divided by the margin."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.bench import coldstart
+from bench import coldstart
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = sorted((coldstart.RESULTS).glob("coldstart-*.json"))
@@ -92,7 +92,7 @@ def test_merge_puts_the_runs_of_several_calls_together():
 def test_the_child_prints_one_result_line_on_the_cpu():
     """A cold run's process reports what it graded (on a CPU: performance not measured, said so)."""
     index = next(i for i, (ex_id, _, _) in enumerate(coldstart.solutions()) if ex_id == "01.fused_chain")
-    p = subprocess.run([sys.executable, "-m", "kernels.bench.coldstart", "--child", str(index)], cwd=ROOT,
+    p = subprocess.run([sys.executable, "-m", "bench.coldstart", "--child", str(index)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     lines = [line for line in p.stdout.splitlines() if line.startswith(coldstart.TAG)]
     assert p.returncode == 0 and len(lines) == 1, p.stderr[-2000:]
@@ -104,7 +104,7 @@ def test_the_child_prints_one_result_line_on_the_cpu():
 def test_bad_arguments_are_refused_by_name():
     for args, said in ((["--runs", "0"], "--runs"), (["--shape", "06.fake_quant=a,b", "--exercises"], "--shape"),
                        (["--shape", "06.fake_quant=8,8"], "--exercises"), (["--table", "nowhere.json"], "no such")):
-        p = subprocess.run([sys.executable, "-m", "kernels.bench.coldstart", *args], cwd=ROOT, capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "bench.coldstart", *args], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
 
@@ -115,7 +115,7 @@ def test_no_bar_sits_above_the_worst_cold_run_over_the_margin(path):
     fail its bar (worst cold run under bar x MARGIN) fails here."""
     from autograder import config
     from autograder import specs as registry
-    from kernels.bench import headroom
+    from bench import headroom
 
     result = json.loads(path.read_text())
     assert {"date", "torch", "triton", "device"} <= set(result)

@@ -1,4 +1,4 @@
-"""kernels.bench.grading: its modes' environments, the cells it reads from the checker's log, its labelled files."""
+"""bench.grading: its modes' environments, the cells it reads from the checker's log, its labelled files."""
 
 import os
 
@@ -6,7 +6,7 @@ import pytest
 
 from autograder import demonstrations, runtime
 from autograder.classroom import compile_cache
-from kernels.bench import grading
+from bench import grading
 
 LOG = """[cell 1/3] running ...
 [cell 1/3] done in 4.2 s

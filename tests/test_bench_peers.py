@@ -5,7 +5,7 @@ import builtins
 
 import pytest
 
-from kernels.bench import peers as bench_peers
+from bench import peers as bench_peers
 
 
 def test_the_best_peer_is_the_fastest_version_that_is_not_the_course():
@@ -42,7 +42,7 @@ def test_without_liger_the_reason_says_how_to_install_it(monkeypatch):
 
 
 def test_the_benchmark_includes_the_peer_section_when_it_has_rows():
-    from kernels.bench import suite as bench
+    from bench import suite as bench
 
     r = bench_peers.row("softmax", "32768x4096 bf16", {"course": 0.14, "torch.softmax": 0.42}, {}, 2 * 2**28)
     text = bench.markdown({"device": {"name": "GPU", "driver": "x", "torch_version": "t", "triton_version": "y",

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from kernels.bench import plots, report
-from kernels.bench import suite as bench
+from bench import plots, report
+from bench import suite as bench
 
 RESULTS = sorted(bench.RESULTS.glob("*.json"))
 
 
 def test_there_are_committed_results():
-    assert RESULTS, "run `python -m kernels.bench` on a GPU and commit kernels/bench/results/"
+    assert RESULTS, "run `python -m bench` on a GPU and commit bench/results/"
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
@@ -35,7 +35,7 @@ def test_fused_chain_goal_is_met(path):
 
 def test_benchmarks_page_quotes_the_committed_results(root):
     text = (root / "docs" / "benchmarks.md").read_text()
-    assert report.render() == text, "docs/benchmarks.md is stale: run `python -m kernels.bench.report`"
+    assert report.render() == text, "docs/benchmarks.md is stale: run `python -m bench.report`"
 
 
 ALL_RUNS = sorted(bench.RESULTS.rglob("*.json"))
@@ -43,7 +43,7 @@ ALL_RUNS = sorted(bench.RESULTS.rglob("*.json"))
 
 @pytest.mark.parametrize("path", ALL_RUNS, ids=lambda p: p.relative_to(bench.RESULTS).as_posix())
 def test_every_committed_run_records_its_device_versions_and_date(path):
-    from kernels.bench.common import versions
+    from bench.common import versions
 
     r = json.loads(path.read_text())
     assert r["device"]["name"] and r["date"] and r["rows"]
@@ -125,7 +125,7 @@ HEADROOM = sorted((bench.RESULTS / "headroom").glob("*.json"))
 
 @pytest.mark.parametrize("path", HEADROOM, ids=lambda p: p.stem)
 def test_headroom_results_record_device_versions_date_and_every_run(path):
-    from kernels.bench import headroom as bench_headroom
+    from bench import headroom as bench_headroom
 
     r = json.loads(path.read_text())
     assert r["device"]["name"] and r["date"] and r["torch"] and r["triton"] and r["rounds"] >= 1
@@ -141,7 +141,7 @@ def test_headroom_verdicts_follow_the_committed_thresholds(path):
     grading.toml: a threshold changed without measuring again shows here. A naive version never passes."""
     from autograder import config
     from autograder import specs as registry
-    from kernels.bench import headroom as bench_headroom
+    from bench import headroom as bench_headroom
 
     cfg = config.load()
     r = json.loads(path.read_text())
@@ -155,7 +155,7 @@ def test_headroom_verdicts_follow_the_committed_thresholds(path):
 
 def test_headroom_finds_a_solution_and_a_naive_version_for_every_exercise_graded_on_speed():
     from autograder import specs as registry
-    from kernels.bench import headroom
+    from bench import headroom
 
     rows = headroom.versions()
     graded = {ex.id for ex in registry.all_exercises() if "performance" in getattr(ex, "criteria", ())}

@@ -1,5 +1,5 @@
-"""The scale benchmark (kernels/bench/scale.py) and the GPU-hours it feeds (kernels/bench/budget.py), without a
-GPU: the class it builds (kernels/bench/submissions.py: every notebook's planted mistake, the submissions), grade-class's lines and CSV read
+"""The scale benchmark (bench/scale.py) and the GPU-hours it feeds (bench/budget.py), without a
+GPU: the class it builds (bench/submissions.py: every notebook's planted mistake, the submissions), grade-class's lines and CSV read
 back, a run timed through a stand-in for grade-class, the record and its table, and the machines it refuses.
 
 A real run grades the class twice through nbgrader on the GPUs, minutes a student: it is the GPU test at the end,
@@ -24,7 +24,7 @@ import torch
 from autograder.classroom import loop as class_loop
 from autograder.classroom.course import FIELDS
 from autograder.classroom.loop import ClassRun
-from kernels.bench import budget, scale, submissions
+from bench import budget, scale, submissions
 
 ROOT = submissions.ROOT
 
@@ -309,7 +309,7 @@ def test_a_class_of_two_is_graded_on_the_gpus(tmp_path):
     """The benchmark itself, one student of each kind: nbgrader and grade-class for real, a few minutes."""
     if importlib.util.find_spec("nbgrader") is None:
         pytest.skip("needs nbgrader (the course's virtual environment, or a folder holding it on PYTHONPATH)")
-    done = subprocess.run([sys.executable, "-m", "kernels.bench.scale", "--students", "1", "--allow-one-gpu",
+    done = subprocess.run([sys.executable, "-m", "bench.scale", "--students", "1", "--allow-one-gpu",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=1500, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(next(tmp_path.glob("scale-*.json")).read_text())

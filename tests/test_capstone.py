@@ -8,7 +8,7 @@ import autograder  # noqa: F401  first: picks the interpreter before any kernel 
 from autograder import check, runtime
 from autograder.specs import decoder as dec
 from autograder.specs.text_corpus import batches, load_corpus, token_ids
-from kernels.bench.capstone import goals, markdown
+from bench.capstone import goals, markdown
 from kernels.decoder import decoder_loss
 from kernels.silu_mul import SiluMulFunction
 

@@ -47,7 +47,7 @@ def test_a_demonstration_is_one_line_under_the_switch_only(monkeypatch):
     monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "1")
     assert demonstrations.as_run(DEMO) == f"print({demonstrations.DEMONSTRATION_SKIPPED!r})\n"
     assert demonstrations.as_run(CHAIN_TIMES) is CHAIN_TIMES  # any other cell runs as it is
-    monkeypatch.setenv(demonstrations.RUN_DEMOS_ENV, "1")  # what grading cost before (kernels.bench.grading)
+    monkeypatch.setenv(demonstrations.RUN_DEMOS_ENV, "1")  # what grading cost before (bench.grading)
     assert demonstrations.as_run(DEMO) is DEMO
 
 

@@ -124,7 +124,7 @@ def test_readme_links_resolve(root):
 @pytest.mark.parametrize("page", ["README.md", "docs/*.md"])
 def test_hand_written_pages_quote_no_measured_speed(root, page):
     # Measured figures go stale with every kernel change and differ by GPU; they are quoted on docs/benchmarks.md,
-    # which is generated from kernels/bench/results/ and so cannot disagree with them.
+    # which is generated from bench/results/ and so cannot disagree with them.
     pages = [p for p in _hand_written(root) if p.match(page)]
     assert pages
     found = {p.relative_to(root).as_posix(): speed_figures(p.read_text()) for p in pages}

@@ -1,4 +1,4 @@
-"""python -m kernels.bench.hopper without a GPU: its plan, its refusal, the sweep machinery (compiles cut at a
+"""python -m bench.hopper without a GPU: its plan, its refusal, the sweep machinery (compiles cut at a
 deadline, failures named, wrong results told from right ones) and the verdicts it writes from measured rows."""
 
 import json
@@ -9,7 +9,7 @@ import torch
 from triton.runtime import _async_compile
 
 from autograder import runtime
-from kernels.bench import hopper, hopper_training, sweep
+from bench import hopper, hopper_training, sweep
 
 
 def test_the_plan_names_every_family_and_why_settings_are_left_out(capsys):
@@ -154,7 +154,7 @@ def tiny_run(monkeypatch):
     """The three parts at tiny shapes on the CPU: kernels in the interpreter (float16), compiles skipped (Triton
     compiles nothing there), a clock for a timer and the child process run in this one."""
     if runtime.has_gpu():
-        pytest.skip("the end-to-end run on a GPU is python -m kernels.bench.hopper itself")
+        pytest.skip("the end-to-end run on a GPU is python -m bench.hopper itself")
     for module in (hopper, hopper_training):
         monkeypatch.setattr(module, "DEVICE", "cpu")
         monkeypatch.setattr(module, "DTYPES", ("fp16",))

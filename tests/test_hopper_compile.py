@@ -3,7 +3,7 @@ target it is told, and carries its own ptxas). The warp-specialized FlashAttenti
 a producer and two consumer warp groups (12 warps) at num_warps=4, and left alone at num_warps=8; every setting
 the new kernels try first fits in the 227 KB of shared memory a block may have. Established with Triton 3.6 and
 3.7; a later Triton that schedules differently fails the structural checks, which is the cue to time it again
-(python -m kernels.bench.hopper)."""
+(python -m bench.hopper)."""
 
 import json
 import os

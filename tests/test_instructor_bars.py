@@ -9,10 +9,10 @@ import pytest
 from autograder import config
 from autograder import specs as registry
 from autograder.specs.exercise import TrainingExercise
-from kernels.bench.headroom import thresholds
+from bench.headroom import thresholds
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADROOM = sorted((ROOT / "kernels" / "bench" / "results" / "headroom").glob("headroom-*.json"))
+HEADROOM = sorted((ROOT / "bench" / "results" / "headroom").glob("headroom-*.json"))
 GRADING_FILES = [ROOT / "grading.toml", ROOT / "autograder" / "grading.toml"]
 
 

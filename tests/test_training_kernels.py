@@ -13,7 +13,7 @@ from autograder.specs.fusion_for_training import (
     saved_bytes,
 )
 from autograder.specs.fusion_for_training import linear_cross_entropy_backward_reference
-from kernels.bench.training import goals, markdown
+from bench.training import goals, markdown
 from kernels.flash_attention_backward import flash_attention_backward
 from kernels.linear_cross_entropy_backward import chunk_rows, linear_cross_entropy_forward_backward
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from autograder import runtime
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
 
-# Peaks measured on an NVIDIA H200 (torch 2.11, triton 3.6, kernels/bench/results/nvidia-h200.json). Used only to
+# Peaks measured on an NVIDIA H200 (torch 2.11, triton 3.6, bench/results/nvidia-h200.json). Used only to
 # illustrate the cost model on a machine with no GPU; every plot that uses them says so.
 REFERENCE_H200 = {
     "name": "NVIDIA H200 (reference figures)",

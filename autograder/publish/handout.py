@@ -30,8 +30,7 @@ TEACHING_KERNELS = ("__init__", "op_chain", "matmul", "tma", "rmsnorm_variants",
 
 
 def answer_modules(root: Path = ROOT) -> list[Path]:
-    """The kernels/ modules that hold a reference solution: everything but the teaching modules and the
-    benchmarks (kernels/bench/, not handed out either)."""
+    """The kernels/ modules that hold a reference solution: everything but the teaching modules."""
     return sorted(p for p in (root / "kernels").glob("*.py") if p.stem not in TEACHING_KERNELS)
 
 

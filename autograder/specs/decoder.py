@@ -148,7 +148,7 @@ DECODER = TrainingExercise(
     # The capstone's forward and backward at d = 1024 (4 layers, 8 x 1024 tokens, bf16) against torch.compile of the
     # eager model, timed in turns. A step of ~90 kernels is partly bound by Python's launches: under the grader the
     # reference reaches 0.67-0.96 of torch.compile's speed and 1.51x eager at its slowest of 5 runs on an H100
-    # (kernels/bench/results/headroom/); at d = 512 launches bound it more, hence the wider model. Eager itself reaches
+    # (bench/results/headroom/); at d = 512 launches bound it more, hence the wider model. Eager itself reaches
     # 0.44 of torch.compile (0.49 on an H200), so the speed-up bar is what fails it: more than 1.15x, past eager's
     # noise against itself.
     bars=dict(min_fraction_of_compiled=0.4, min_speedup_over_eager=1.15),

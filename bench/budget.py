@@ -1,7 +1,7 @@
 """What grading a class costs in GPU time, from the committed runs alone: docs/benchmarks.md's first section.
 
-For each device, each notebook's seconds through the checker (kernels.bench.grading, grading mode: the newest
-measurement, see newest_checker_rows) and, where kernels.bench.scale has run on that device, its seconds per
+For each device, each notebook's seconds through the checker (bench.grading, grading mode: the newest
+measurement, see newest_checker_rows) and, where bench.scale has run on that device, its seconds per
 student through grade-class and the parallel efficiency of one worker per GPU. From them: GPU-hours per notebook
 and in total for a class of CLASS_SIZE students doing every notebook, and the wall-clock time on 1, 2 and 8 GPUs.
 
@@ -106,7 +106,7 @@ def device_lines(device: str, grading_runs: list[tuple[str, dict]], scale_runs: 
                      "to 8 GPUs.")
     else:
         lines.append("1 GPU: the total GPU-hours; n GPUs: the total / n, assuming perfect scaling (grade-class has not "
-                     "been timed on several GPUs of this device: `python -m kernels.bench.scale`).")
+                     "been timed on several GPUs of this device: `python -m bench.scale`).")
     missing = [nb for nb in notebooks if nb not in students]
     if missing or scale is None:
         lines.append("")
@@ -127,7 +127,7 @@ def render(by_device: dict[str, tuple[list, list]], notebooks: list[str]) -> lis
         return []
     intro = (f"A class of {CLASS_SIZE} students handing in all {len(notebooks)} notebooks, graded one student per "
              "GPU at a time. A notebook's seconds are the newest run of the checker in grading mode on the device "
-             "(`python -m kernels.bench.grading`; of one day's runs, the slowest whose notebook passed) and, where "
-             "measured, a student's seconds through grade-class (`python -m kernels.bench.scale`), whose extra "
+             "(`python -m bench.grading`; of one day's runs, the slowest whose notebook passed) and, where "
+             "measured, a student's seconds through grade-class (`python -m bench.scale`), whose extra "
              "seconds over the checker are added to the other notebooks. GPU-hours: students x seconds / 3600.")
     return ["", "## GPU-hours to grade a class", "", intro, *body]

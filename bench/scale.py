@@ -1,11 +1,11 @@
 """How grade-class scales over the GPUs of one machine: a class graded one student at a time on GPU 0, then one
 student per GPU.
 
-    python -m kernels.bench.scale [--students 8] [--assignment 01_hbm_cost_model] [--gpus all] [--runs both]
-                                  [--allow-one-gpu] [--timeout 1800] [--tag TEXT] [--out kernels/bench/results/scale]
-    python -m kernels.bench.scale --merge ONE.json ALL.json [--tag TEXT] [--out ...]
+    python -m bench.scale [--students 8] [--assignment 01_hbm_cost_model] [--gpus all] [--runs both]
+                                  [--allow-one-gpu] [--timeout 1800] [--tag TEXT] [--out bench/results/scale]
+    python -m bench.scale --merge ONE.json ALL.json [--tag TEXT] [--out ...]
 
-A course is built in a temporary folder (kernels.bench.submissions): the assignment's solution notebook as
+A course is built in a temporary folder (bench.submissions): the assignment's solution notebook as
 nbgrader's source, its release made by `nbgrader generate_assignment`, and 2N students who hand the release in, N
 with every answer of the reference solution and N with the same answers but one kernel broken (a wrong formula, so
 that its graded cells fail while the notebook runs to the end). The class is then graded twice by `python -m
@@ -20,7 +20,7 @@ Recorded: each run's wall seconds; each student's status, seconds and GPU from g
 ("s01-solution: graded in 48 s on GPU 1"); the ratio of the wall times (all GPUs / one GPU; the goal is at most
 GOAL_RATIO on two GPUs); and whether both runs gave every student the same status and score (the grades CSV
 grade-class writes to the course's grading/ folder). Saves scale-<gpu>[-<tag>][-one-gpu].json (device, versions,
-date); `python -m kernels.bench.report` turns it into a table of docs/benchmarks.md and into the GPU-hours a class
+date); `python -m bench.report` turns it into a table of docs/benchmarks.md and into the GPU-hours a class
 costs.
 
 Needs nbgrader and CUDA GPUs: fewer than two are refused unless --allow-one-gpu (then only the one-worker run). The
@@ -54,8 +54,8 @@ from tqdm.auto import tqdm
 from autograder.guard import sandbox
 from autograder.measure import device
 from autograder.publish.build import tool_env
-from kernels.bench.common import RESULTS, record, save, slug
-from kernels.bench.submissions import BUGGY, BUGS, SOLUTION, build_course, kind_of
+from bench.common import RESULTS, record, save, slug
+from bench.submissions import BUGGY, BUGS, SOLUTION, build_course, kind_of
 
 RESULTS = RESULTS / "scale"
 GOAL_RATIO = 0.55  # wall seconds with one worker per GPU over those with one worker, on two GPUs
@@ -212,7 +212,7 @@ def probe() -> dict:
 
 def probe_in_child(env: dict) -> dict:
     """probe() in a process of its own, so that this one never holds a GPU while the class is graded."""
-    done = subprocess.run([sys.executable, "-m", "kernels.bench.scale", "--probe"], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "bench.scale", "--probe"], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the device probe failed:\n{(done.stdout + done.stderr)[-2000:]}")
@@ -344,7 +344,7 @@ def main(argv=None) -> int:
         try:
             result = merge(*(json.loads(Path(p).read_text()) for p in args.merge))
         except (OSError, ValueError, KeyError) as exc:
-            print(f"python -m kernels.bench.scale --merge: {exc}", file=sys.stderr)
+            print(f"python -m bench.scale --merge: {exc}", file=sys.stderr)
             return 2
         return finish(result, args)
     if args.students < 1:
@@ -354,11 +354,11 @@ def main(argv=None) -> int:
     try:
         found = probe_in_child(env) if has_nbgrader else {"gpus": 0}
         if why := refusal(has_nbgrader, found["gpus"], args.allow_one_gpu, args.gpus):
-            print(f"python -m kernels.bench.scale: {why}", file=sys.stderr)
+            print(f"python -m bench.scale: {why}", file=sys.stderr)
             return 2
         result = measure(args, found, env)
     except RuntimeError as exc:
-        print(f"python -m kernels.bench.scale: {exc}", file=sys.stderr)
+        print(f"python -m bench.scale: {exc}", file=sys.stderr)
         return 1
     return finish(result, args)
 
@@ -372,7 +372,7 @@ def finish(result: dict, args) -> int:
     print(f"saved {path}")
     problems = [f"{row['run']}: {p}" for row in result["rows"] for p in problems_of(row)] + result["differences"]
     for problem in problems:
-        print(f"python -m kernels.bench.scale: {problem}", file=sys.stderr)
+        print(f"python -m bench.scale: {problem}", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -1,8 +1,8 @@
 """Benchmark every reference kernel against eager PyTorch and torch.compile, on one device, in one run.
 
-    python -m kernels.bench            # measure, print the table, save kernels/bench/results/<gpu>.{json,md,png}
-    python -m kernels.bench --sweep    # also time block-size variants of the reference kernels
-    python -m kernels.bench.report     # then: docs/benchmarks.md from every committed run (no GPU needed)
+    python -m bench            # measure, print the table, save bench/results/<gpu>.{json,md,png}
+    python -m bench --sweep    # also time block-size variants of the reference kernels
+    python -m bench.report     # then: docs/benchmarks.md from every committed run (no GPU needed)
 
 Peaks are measured in the same run (autograder.measure.device.measure). Effective bandwidth is always the op's
 minimal bytes over the median time, so an unfused version shows as a smaller fraction of the copy peak.
@@ -24,13 +24,13 @@ from kernels import op_chain as oc
 from kernels import rmsnorm as rn
 from kernels import rmsnorm_backward as rb
 from kernels import row_sum_sumsq as rss
-from kernels.bench import compiler as bench_compiler
-from kernels.bench import gemm as bench_gemm
-from kernels.bench import peers as bench_peers
-from kernels.bench import plots
-from kernels.bench import streaming as bench_streaming
-from kernels.bench import training as bench_training
-from kernels.bench.common import RESULTS, STANDARD, needs_gpu, record, save, slug
+from bench import compiler as bench_compiler
+from bench import gemm as bench_gemm
+from bench import peers as bench_peers
+from bench import plots
+from bench import streaming as bench_streaming
+from bench import training as bench_training
+from bench.common import RESULTS, STANDARD, needs_gpu, record, save, slug
 from kernels.fused_chain import fused_chain, fused_chain_bytes, fused_chain_eager
 from kernels.op_chain import MAX_OPS, op_chain_bytes, time_versions
 from kernels.rmsnorm_variants import rmsnorm_two_pass
@@ -301,7 +301,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", action="store_true", help="also time block-size variants")
     parser.add_argument("--out", type=Path, default=RESULTS,
-                        help="folder for the results (default kernels/bench/results)")
+                        help="folder for the results (default bench/results)")
     args = parser.parse_args(argv)
     if not needs_gpu("suite"):
         return 2
@@ -350,7 +350,7 @@ def main(argv=None) -> int:
         print(f"goal {k}: {want}: {'MET' if g['met'] else 'NOT MET'}")
     for s in result.get("sweep", []):
         print(f"sweep {s['kernel']:<14} {s['config']:<34} {s['GBps']:8.0f} GB/s")
-    print(f"saved {stem}.json, .md, .png (python -m kernels.bench.report puts it in docs/benchmarks.md)")
+    print(f"saved {stem}.json, .md, .png (python -m bench.report puts it in docs/benchmarks.md)")
     return 0
 
 

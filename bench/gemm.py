@@ -1,9 +1,9 @@
 """Notebook 04's GEMMs on one device: the fused epilogue and SwiGLU against cuBLAS alone, cuBLAS + eager
 PyTorch, and torch.compile; and the fused QKV projection (qkv_rows, run by the suite only). Part of
-`python -m kernels.bench`; alone:
+`python -m bench`; alone:
 
-    python -m kernels.bench.gemm            # the rows, printed
-    python -m kernels.bench.gemm --sweep    # also time tile settings of the Triton kernels (to choose them)
+    python -m bench.gemm            # the rows, printed
+    python -m bench.gemm --sweep    # also time tile settings of the Triton kernels (to choose them)
 
 Times are do_bench medians on random data, the versions of one row timed in turns (bench_interleaved); decode
 shapes (a few rows) are timed as CUDA-graph replays, as inference engines run them, so that the host's launch cost
@@ -20,7 +20,7 @@ from autograder.specs.gemm_epilogue_fusion import random_epilogue_inputs
 from kernels import gemm_epilogue as ge
 from kernels import qkv_projection as qkv
 from kernels import swiglu as sw
-from kernels.bench.common import part_main
+from bench.common import part_main
 
 # kernel -> (the PyTorch versions it must be no slower than, slack): "cuBLAS matmul alone" with slack 1.05
 # means at most 1.05x the time of the bare product, epilogue included.

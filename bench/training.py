@@ -1,11 +1,11 @@
 """Notebook 07's training kernels on one device: FlashAttention's backward against SDPA's backward (each backend
 named apart) and autograd through the textbook attention; linear cross-entropy forward and backward against
 eager PyTorch, torch.compile and Liger-Kernel, with the peak extra memory of each; and the capstone's training
-step (kernels/bench/capstone.py).
+step (bench/capstone.py).
 
-    python -m kernels.bench.training                 # the rows, printed
-    python -m kernels.bench.training --json F.json   # and kept
-    python -m kernels.bench.training --sweep         # time tile settings of the attention backward's kernels
+    python -m bench.training                 # the rows, printed
+    python -m bench.training --json F.json   # and kept
+    python -m bench.training --sweep         # time tile settings of the attention backward's kernels
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from autograder.specs.fusion_for_training import (
 )
 from autograder.specs.streaming_reduction_fusion import SDPA_BACKENDS
 from kernels import flash_attention_backward as fb
-from kernels.bench import capstone as bench_capstone
-from kernels.bench.common import part_main
-from kernels.bench.streaming import peak_extra_gib
+from bench import capstone as bench_capstone
+from bench.common import part_main
+from bench.streaming import peak_extra_gib
 from kernels.flash_attention import LOG2E, flash_attention, flash_attention_tma
 from kernels.flash_attention_backward import flash_attention_backward
 from kernels.linear_cross_entropy_backward import (

@@ -1,10 +1,10 @@
-"""Every benchmark figure, drawn from the committed results (kernels/bench/results/*.json) and saved next to them.
+"""Every benchmark figure, drawn from the committed results (bench/results/*.json) and saved next to them.
 
-    python -m kernels.bench.plots                 # every figure of every committed run
-    python -m kernels.bench.plots RUN.json ...    # the figures of these runs only
-    python -m kernels.bench.plots --out DIR       # into DIR instead of next to each run
+    python -m bench.plots                 # every figure of every committed run
+    python -m bench.plots RUN.json ...    # the figures of these runs only
+    python -m bench.plots --out DIR       # into DIR instead of next to each run
 
-A suite run (python -m kernels.bench) gives <run>.png: elementwise chains, the memory-bound kernels against the copy
+A suite run (python -m bench) gives <run>.png: elementwise chains, the memory-bound kernels against the copy
 peak, and where measured the GEMM epilogues and the streaming reductions. A run with the capstone's rows gives
 <run>-capstone.png (a capstone-* run: <run>.png): the loss curves, tokens/s and memory. The title of each is the
 run's own device, versions and date. No GPU needed.
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kernels.bench.common import RESULTS, STANDARD, load, versions
+from bench.common import RESULTS, STANDARD, load, versions
 
 
 def _pyplot():
@@ -115,7 +115,7 @@ def suite_figure(result: dict, path: Path) -> Path:
 
 
 def capstone_figure(result: dict, path: Path) -> Path:
-    """The capstone's loss curves, tokens/s and peak memory (rows of python -m kernels.bench.capstone)."""
+    """The capstone's loss curves, tokens/s and peak memory (rows of python -m bench.capstone)."""
     plt = _pyplot()
     curve = next(r for r in result["rows"] if r["kernel"] == "decoder_loss_curve")
     steps = [r for r in result["rows"] if r["kernel"] == "decoder_step"]

@@ -1,25 +1,25 @@
 """How far upstream Triton gets on Hopper: FlashAttention forward and backward and the fused linear cross-entropy,
 every variant the course has or could have, against the best library kernel, in one run of about five minutes.
 
-    python -m kernels.bench.hopper [--out DIR] [--parts forward,backward,cross_entropy] [--budget 285]
-    python -m kernels.bench.hopper --plan      # what a run would compile and time (no GPU needed)
+    python -m bench.hopper [--out DIR] [--parts forward,backward,cross_entropy] [--budget 285]
+    python -m bench.hopper --plan      # what a run would compile and time (no GPU needed)
 
 On a Hopper GPU (compute capability 9.x; anything else is refused) it measures
-- forward, at every shape of the peer benchmark (kernels/bench/peers.py: bf16 and fp16, D 64 and 128, causal and
+- forward, at every shape of the peer benchmark (bench/peers.py: bf16 and fp16, D 64 and 128, causal and
   not): the course's kernels as they are (its TMA path, as the peer benchmark times it, and the portable kernel);
   the portable and the TMA kernel over a wider space of tile settings (kernels/attention_tuning.py); and the
   warp-specialized kernel (kernels/flash_attention_ws.py) over its own. Each family is swept at (4, 16, 4096, D)
   bf16: the whole space not causal, its four fastest causal, the two fastest of each in fp16; the two fastest of
   each family are then timed at every shape, in turns with every SDPA backend (cuDNN, FlashAttention-2, memory-
   efficient, and the default choice). Ratio = the best SDPA time / the variant's time.
-- backward and cross_entropy: kernels/bench/hopper_training.py.
+- backward and cross_entropy: bench/hopper_training.py.
 Every variant is checked against the reference at every shape before it is timed (the largest error relative to
 the reference's largest value: 0.03 in bf16, 0.01 in fp16); a wrong one is reported with its error, not timed.
 The warp-specialized family is swept first in a child process, so that a kernel that hangs or faults the GPU
 costs that family, not the run.
 
-Compile time is counted apart from timing (kernels.bench.sweep compiles a family's settings at once on the
-machine's cores). Results: kernels/bench/results/hopper/hopper-<gpu>.json and .md, a table printed. The JSON keeps,
+Compile time is counted apart from timing (bench.sweep compiles a family's settings at once on the
+machine's cores). Results: bench/results/hopper/hopper-<gpu>.json and .md, a table printed. The JSON keeps,
 for every setting tried, what the compiler made of it (shared memory, warps, registers, spills, whether the key
 loop was warp-specialized) and why it was left out, not run, wrong or slower: the evidence for where the
 ceiling is when a goal is not met.
@@ -45,10 +45,10 @@ from autograder.measure import device
 from autograder.measure.timing import interleaved_times
 from autograder.specs.streaming_reduction_fusion import attention_flops, sdpa_with_backend
 from kernels import attention_tuning as tuning
-from kernels.bench import hopper_training as training
-from kernels.bench import sweep
-from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
-from kernels.bench.peers import ATTENTION_SHAPES
+from bench import hopper_training as training
+from bench import sweep
+from bench.common import RESULTS, needs_gpu, record, save, slug
+from bench.peers import ATTENTION_SHAPES
 from kernels.flash_attention import (
     ATTENTION_TMA_SETTINGS,
     attention_launch_settings,
@@ -67,7 +67,7 @@ FAMILIES = ("portable", "tma", "ws")
 SDPA = {"SDPA default": None, "SDPA cudnn": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION",
         "SDPA efficient": "EFFICIENT_ATTENTION"}
 PARTS = ("forward", "backward", "cross_entropy")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def family_space(family: str, head_dim: int) -> tuple[list[dict], dict[str, str]]:
@@ -194,7 +194,7 @@ def _probe_in_child(family: str, clock: sweep.Clock, progress) -> dict:
     """sweep_forward((family,)) in a child process, with a time limit: a kernel that hangs or faults the GPU
     ends the child, and the run goes on without that family."""
     budget = max(30.0, 0.3 * clock.left())
-    cmd = [sys.executable, "-m", "kernels.bench.hopper", "--probe", family, "--budget", f"{budget:.0f}"]
+    cmd = [sys.executable, "-m", "bench.hopper", "--probe", family, "--budget", f"{budget:.0f}"]
     progress(f"sweeping the {family} family in a child process ({budget:.0f} s at most)")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget + 60, check=False, cwd=ROOT)
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
 
     capability = torch.cuda.get_device_capability()
     if capability[0] != 9:
-        print(f"python -m kernels.bench.hopper measures Hopper GPUs (compute capability 9.x); this one, "
+        print(f"python -m bench.hopper measures Hopper GPUs (compute capability 9.x); this one, "
               f"{torch.cuda.get_device_name()}, is {capability[0]}.{capability[1]}.", file=sys.stderr)
         return 2
     clock = sweep.Clock(args.budget)

@@ -1,10 +1,10 @@
 """What every benchmark script shares: the file name of a device, the record of a run (device, versions, date),
-saving it, and the command line of one part (python -m kernels.bench.gemm, .streaming, .training, ...).
+saving it, and the command line of one part (python -m bench.gemm, .streaming, .training, ...).
 
-A run is one JSON file under kernels/bench/results/<part>/<part>-<device>[-<tag>].json (the whole suite's at
-kernels/bench/results/<device>.json, earlier suite runs in results/runs/): a dict with "date", "torch",
-"triton", "device" (at least its "name") and "rows". docs/benchmarks.md (python -m kernels.bench.report) and
-the figures (python -m kernels.bench.plots) are made from these files alone.
+A run is one JSON file under bench/results/<part>/<part>-<device>[-<tag>].json (the whole suite's at
+bench/results/<device>.json, earlier suite runs in results/runs/): a dict with "date", "torch",
+"triton", "device" (at least its "name") and "rows". docs/benchmarks.md (python -m bench.report) and
+the figures (python -m bench.plots) are made from these files alone.
 
 Nothing here imports torch or a GPU library at module level: the report and the tests read the committed results on
 machines without a GPU, so what a measurement needs is imported inside the function that measures.
@@ -66,7 +66,7 @@ def needs_gpu(name: str) -> bool:
 
     if runtime.has_gpu():
         return True
-    print(f"python -m kernels.bench.{name} needs a CUDA GPU: speed means nothing in Triton's interpreter.",
+    print(f"python -m bench.{name} needs a CUDA GPU: speed means nothing in Triton's interpreter.",
           file=sys.stderr)
     return False
 

@@ -1,12 +1,12 @@
 """How far each reference solution clears the grader's performance threshold, and whether a correct but unfused
 or naive version of the exercise fails it: the grader's own performance criterion, run ROUNDS times in a row.
 
-    python -m kernels.bench.headroom [--rounds 5] [--out kernels/bench/results]
+    python -m bench.headroom [--rounds 5] [--out bench/results]
 
 A solution should pass every round with at least HEADROOM of margin on both of its bars (its fraction of the
 measured peak over the threshold, and its speed-up over eager PyTorch over the minimum); each naive version
-should fail every round. Saves kernels/bench/results/headroom/headroom-<gpu>.{json,md} (device, versions, date;
--partial with --only); `python -m kernels.bench.report` puts the merged tables in docs/benchmarks.md.
+should fail every round. Saves bench/results/headroom/headroom-<gpu>.{json,md} (device, versions, date;
+-partial with --only); `python -m bench.report` puts the merged tables in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from autograder.criteria import performance as grade_perf
 from autograder.measure import device
 from autograder.specs.exercise import Shape, TrainingExercise
 from kernels import multi_tensor_adamw, rmsnorm_variants
-from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+from bench.common import RESULTS, needs_gpu, record, save, slug
 from kernels.row_argmax_tuned import row_argmax_at
 
 RESULTS = RESULTS / "headroom"
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="runs per version (default 5)")
     parser.add_argument("--out", type=Path, default=RESULTS,
-                        help="folder for the results (default kernels/bench/results/headroom)")
+                        help="folder for the results (default bench/results/headroom)")
     parser.add_argument("--naive-rounds", type=int, default=2,
                         help="runs per naive version (default 2: it must fail every one)")
     parser.add_argument("--only", nargs="*", help="exercises to run, by id prefix (02., 04.swiglu); default all")

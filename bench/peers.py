@@ -1,7 +1,7 @@
 """The course's kernels against the kernels people use, timed in the same process and in turns: Liger-Kernel where
 it has the same op, PyTorch's own op and torch.compile, and SDPA with each backend forced.
 
-    python -m kernels.bench.peers [--out kernels/bench/results/peers]   (also part of python -m kernels.bench)
+    python -m bench.peers [--out bench/results/peers]   (also part of python -m bench)
 
 Liger-Kernel is optional (`pip install -e '.[bench]'`): without it every other column is measured and the table
 says which are missing and why. A column a device cannot run (an SDPA backend it lacks) says so too. "vs best
@@ -24,7 +24,7 @@ from autograder.specs import vertical_fusion as ln_ops
 from autograder.specs import vertical_fusion as rms_ops
 from autograder.specs.streaming_reduction_fusion import sdpa_with_backend
 from kernels import add_rmsnorm, layernorm, linear_cross_entropy, rmsnorm, rmsnorm_backward, softmax
-from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+from bench.common import RESULTS, needs_gpu, record, save, slug
 from kernels.flash_attention import flash_attention, flash_attention_tma
 from kernels.linear_cross_entropy_backward import linear_cross_entropy_forward_backward
 

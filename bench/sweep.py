@@ -1,5 +1,5 @@
 """Many kernel settings compiled at once, each checked against a reference, and what survives timed: the machinery
-of python -m kernels.bench.hopper.
+of python -m bench.hopper.
 
 A Candidate is one version of an op at one setting: how to compile it without running it (a launcher called with
 warmup=True, returning Triton's handle or handles) and how to run it. compile_all compiles a list of them on a
@@ -9,7 +9,7 @@ each: shared memory, warps, whether the key loop was warp-specialized, and after
 spills. Timing is autograder.measure.timing's: triton.testing.do_bench medians with the L2 cache flushed before
 each run and a warm-up before the first.
 
-Nothing here imports torch or triton at module level: the plan of a run (kernels.bench.hopper --plan) and the
+Nothing here imports torch or triton at module level: the plan of a run (bench.hopper --plan) and the
 tests read it on machines without a GPU.
 """
 

@@ -3,9 +3,9 @@ PyTorch, under torch.compile (default, and "reduce-overhead", which replays CUDA
 kernels (plain calls, and the step recorded as one CUDA graph): tokens/s and the allocator's peak; then the loss
 curves of eager, torch.compile and the course's model over the same batches from the same initial model.
 
-    python -m kernels.bench.capstone                 # the rows, printed
-    python -m kernels.bench.capstone --json F.json   # and kept (results/training/capstone-<gpu>.json)
-    python -m kernels.bench.plots F.json             # then its figure: loss curves, tokens/s, memory
+    python -m bench.capstone                 # the rows, printed
+    python -m bench.capstone --json F.json   # and kept (results/training/capstone-<gpu>.json)
+    python -m bench.plots F.json             # then its figure: loss curves, tokens/s, memory
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from autograder.measure.timing import bench_interleaved
 from autograder.specs import decoder as dec
 from autograder.specs.decoder import CAPSTONE, CAPSTONE_WIDE
 from autograder.specs.text_corpus import batches, token_ids
-from kernels.bench.common import part_main
-from kernels.bench.streaming import peak_extra_gib
+from bench.common import part_main
+from bench.streaming import peak_extra_gib
 from kernels.decoder import cuda_graphed_step, decoder_loss
 
 # The issue's targets: at least torch.compile's tokens/s, at most 0.6 of eager's peak memory, and a loss curve on

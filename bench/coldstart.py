@@ -2,9 +2,9 @@
 Inductor, CUDA and course caches (the device's peaks measured again too), as a student's first check on a freshly
 started machine sees it.
 
-    python -m kernels.bench.coldstart [--runs 10] [--only 02 06] [--gpus all | 0,2] [--out DIR]
-    python -m kernels.bench.coldstart --exercises [--only 06.fake_quant] [--shape EXERCISE=D1,D2,...] [--label L]
-    python -m kernels.bench.coldstart --table FILE.json      (no GPU: the table of a saved run)
+    python -m bench.coldstart [--runs 10] [--only 02 06] [--gpus all | 0,2] [--out DIR]
+    python -m bench.coldstart --exercises [--only 06.fake_quant] [--shape EXERCISE=D1,D2,...] [--label L]
+    python -m bench.coldstart --table FILE.json      (no GPU: the table of a saved run)
 
 By default a run is one solution notebook through the checker (`python -m autograder check`: every cell, then
 every exercise graded on every criterion), so each run also gives the notebook's grading seconds, cold. With
@@ -38,9 +38,9 @@ from autograder import config
 from autograder import specs as registry
 from autograder.checker import launch as checker
 from autograder.measure import device
-from kernels.bench import headroom
-from kernels.bench.common import RESULTS, load, needs_gpu, record, save, slug
-from kernels.bench.grading import notebooks as solution_notebooks
+from bench import headroom
+from bench.common import RESULTS, load, needs_gpu, record, save, slug
+from bench.grading import notebooks as solution_notebooks
 
 RESULTS = RESULTS / "coldstart"
 MARGIN = 1.2  # a bar at most the worst cold run / MARGIN
@@ -142,7 +142,7 @@ def fresh_env(folder: Path, gpu: str) -> dict:
 def run_one(args: list[str], gpu: str) -> dict:
     """One cold run in a fresh process on one GPU: its result line, or why there is none."""
     with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
-        cmd = [sys.executable, "-m", "kernels.bench.coldstart", *args]
+        cmd = [sys.executable, "-m", "bench.coldstart", *args]
         started = time.perf_counter()
         try:
             p = subprocess.run(cmd, env=fresh_env(Path(tmp), gpu), capture_output=True, text=True,

@@ -1,8 +1,8 @@
 """Notebook 05's streaming reductions on one device: softmax, FlashAttention forward and fused linear
 cross-entropy against eager PyTorch, torch.compile and SDPA, with peak extra memory where it matters.
 
-    python -m kernels.bench.streaming            # the rows, printed
-    python -m kernels.bench.streaming --sweep    # also time tile settings of the Triton kernels
+    python -m bench.streaming            # the rows, printed
+    python -m bench.streaming --sweep    # also time tile settings of the Triton kernels
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from autograder.measure.timing import bench_interleaved, peak_extra_bytes
 from kernels import flash_attention as fa
 from kernels import linear_cross_entropy as lce
 from kernels import softmax as sm
-from kernels.bench.common import part_main
+from bench.common import part_main
 
 # The goals these rows are measured against: softmax at least 0.85 of copy bandwidth, FlashAttention forward
 # (not causal) at least 0.80 of SDPA's speed, linear cross-entropy in at most 1.1x torch.compile's time with at

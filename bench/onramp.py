@@ -1,6 +1,6 @@
 """Seconds a new student's first session with notebook 01 costs the machine, in a real browser.
 
-    python -m kernels.bench.onramp [--note TEXT] [--out kernels/bench/results/onramp]
+    python -m bench.onramp [--note TEXT] [--out bench/results/onramp]
 
 The journey of tests/test_browser.py (tests/browser.py: onramp), timed step by step: JupyterLab started on a fresh
 copy of course/ (`make lab`), notebook 01 opened in headless Chromium with the course's kernel, the set-up cell and
@@ -31,9 +31,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from kernels.bench.common import RESULTS, save, slug
+from bench.common import RESULTS, save, slug
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = RESULTS / "onramp"
 
 
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     browser = _browser()
     if why := browser.missing():
-        print(f"python -m kernels.bench.onramp needs a browser: {why}", file=sys.stderr)
+        print(f"python -m bench.onramp needs a browser: {why}", file=sys.stderr)
         return 2
     dev = machine()
     load_before = os.getloadavg()

@@ -1,4 +1,4 @@
-"""The class kernels.bench.scale grades: students who hand in a notebook's reference solution, and students whose
+"""The class bench.scale grades: students who hand in a notebook's reference solution, and students whose
 answers carry one planted mistake (BUGS: one a notebook, a formula a student gets wrong, so that the exercise's
 graded cells fail while the notebook still runs to the end), in a course folder built as an instructor's is.
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SOLUTION, BUGGY = "solution", "buggy"
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -75,7 +75,7 @@ def broken(good: dict[str, str], assignment: str) -> dict[str, str]:
         raise ValueError(f"{assignment} has no answer cell {bug.cell!r}")
     if source.count(bug.right) != 1:
         raise ValueError(f"{assignment}'s cell {bug.cell} holds {bug.right!r} {source.count(bug.right)} times, not "
-                         "once: the planted mistake in kernels/bench/scale.py needs updating")
+                         "once: the planted mistake in bench/scale.py needs updating")
     return {**good, bug.cell: source.replace(bug.right, bug.wrong)}
 
 

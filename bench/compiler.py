@@ -1,7 +1,7 @@
 """Notebook 06's patterns on one device: what torch.compile makes of them, next to eager PyTorch and the
 course's kernels, with the GPU kernels each version launches.
 
-    python -m kernels.bench.compiler     # the rows, printed (python -m kernels.bench runs them with the rest)
+    python -m bench.compiler     # the rows, printed (python -m bench runs them with the rest)
 
 - fake quantization with a host sync and a Python branch (the exercise's broken version) against the repaired
   one, each eager and compiled: the graph break costs a device-to-host copy and a second graph;
@@ -18,7 +18,7 @@ from autograder.criteria.cases import count_gpu_kernels
 from autograder.criteria.compiled import compiler_quiet
 from autograder.measure.timing import bench_interleaved
 from autograder.specs import compiler_fusion as fq
-from kernels.bench.common import part_main
+from bench.common import part_main
 from kernels.fake_quant import fake_quant
 from kernels.rmsnorm_op import rmsnorm_op
 from kernels.row_argmax_tuned import row_argmax

@@ -1,4 +1,4 @@
-"""The training half of python -m kernels.bench.hopper: FlashAttention's backward and the fused linear
+"""The training half of python -m bench.hopper: FlashAttention's backward and the fused linear
 cross-entropy's forward and backward, on a Hopper GPU.
 
 - backward, at D = 128 ((4, 16, 4096, 128) and (1, 16, 16384, 128), bf16 and fp16, causal and not): the course's
@@ -26,7 +26,7 @@ from autograder.measure.timing import interleaved_times, peak_extra_bytes
 from autograder.specs import fusion_for_training as fab
 from autograder.specs.streaming_reduction_fusion import linear_cross_entropy_eager
 from kernels import attention_tuning as tuning
-from kernels.bench import sweep
+from bench import sweep
 from kernels.flash_attention import flash_attention_tma
 from kernels.flash_attention_backward import attention_backward_settings, flash_attention_backward
 from kernels.flash_attention_backward_atomic import ATOMIC_SETTINGS, flash_attention_backward_atomic

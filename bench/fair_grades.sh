@@ -3,21 +3,21 @@
 # one command may run (a machine whose commands are cut off after some minutes: run the coldstart module in
 # calls with --deadline-s, each writing its own JSON, then --merge them; docs/testing.md says how):
 #   1. cold-start headroom: every solution notebook through the checker RUNS times, each in a fresh process with
-#      empty caches, spread over every GPU (python -m kernels.bench.coldstart);
+#      empty caches, spread over every GPU (python -m bench.coldstart);
 #   2. then, if TESTS=1, the gpu-marked tests on every GPU, with a JUnit summary (gpu-tests.xml).
 # Every result lands in OUTDIR with the device, versions and date; OUTDIR/DONE marks the end.
 #
-#     kernels/bench/fair_grades.sh OUTDIR [RUNS]   (RUNS defaults to 10; TESTS=0 skips step 2; DEADLINE_S=N
+#     bench/fair_grades.sh OUTDIR [RUNS]   (RUNS defaults to 10; TESTS=0 skips step 2; DEADLINE_S=N
 #                                                  starts no new cold run after N seconds)
 set -u
-out=${1:?usage: kernels/bench/fair_grades.sh OUTDIR [RUNS]}
+out=${1:?usage: bench/fair_grades.sh OUTDIR [RUNS]}
 runs=${2:-10}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 {
   echo "== $(date -u +%FT%TZ) cold-start headroom, $runs runs"
   nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv
-  python3 -m kernels.bench.coldstart --runs "$runs" --out "$out" ${DEADLINE_S:+--deadline-s "$DEADLINE_S"} 2>&1
+  python3 -m bench.coldstart --runs "$runs" --out "$out" ${DEADLINE_S:+--deadline-s "$DEADLINE_S"} 2>&1
   echo "== $(date -u +%FT%TZ) coldstart exited $?"
   if [ "${TESTS:-1}" = 1 ]; then
     timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -m gpu -p no:cacheprovider -q -o addopts="" \

@@ -1,7 +1,7 @@
 """Seconds to grade each solution notebook, with the demonstrations at full size, sized down, or skipped.
 
-    python -m kernels.bench.grading [--modes full,small,grading] [--notebooks 01 02] [--cold] [--label NAME]
-                                    [--note TEXT] [--out kernels/bench/results/grading]
+    python -m bench.grading [--modes full,small,grading] [--notebooks 01 02] [--cold] [--label NAME]
+                                    [--note TEXT] [--out bench/results/grading]
 
 Each notebook goes through the checker (`python -m autograder check`: a fresh process that runs every cell, then
 grades every exercise) once per mode:
@@ -38,9 +38,9 @@ from autograder import demonstrations, runtime
 from autograder.checker import launch as checker
 from autograder.classroom import compile_cache
 from autograder.measure import device
-from kernels.bench.common import RESULTS, needs_gpu, record, save, slug
+from bench.common import RESULTS, needs_gpu, record, save, slug
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = RESULTS / "grading"
 # mode -> (the environment it runs in, what its demonstrations do)
 MODES = {"full": ({runtime.SMALL_DEMOS_ENV: "0", demonstrations.RUN_DEMOS_ENV: "0"}, "full size"),

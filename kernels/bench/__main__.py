@@ -1,5 +1,0 @@
-import sys
-
-from kernels.bench.suite import main
-
-sys.exit(main())
