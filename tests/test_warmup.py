@@ -10,14 +10,13 @@ from autograder import runtime
 from autograder import specs as registry
 from autograder.criteria import dry_run, warmup
 from autograder.criteria.cases import graded_dtypes
-from autograder.guard.secret import EXTRA_SHAPES
 
 
 def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
 
     ex = registry.get("04.gemm_gelu_residual")
     both = warmup.cases(ex, ["correctness", "precision", "performance"])
-    shapes = list(dict.fromkeys(list(ex.shapes) + list(EXTRA_SHAPES.get(ex.id, ())) + list(ex.precision_shapes)))
+    shapes = list(dict.fromkeys(list(ex.shapes) + list(ex.extra_shapes) + list(ex.precision_shapes)))
     assert both == [(s, d) for s in shapes for d in graded_dtypes()]
     assert len(warmup.cases(ex, ["performance"])) == 0  # the benchmark size compiles once, in its own criterion
     # Correctness's secret case grades every shape precision measures: precision adds nothing to compile.

@@ -15,7 +15,6 @@ import torch
 from autograder import runtime
 from autograder.criteria import kernel_errors
 from autograder.criteria.kernel_errors import LIBRARY_PATHS
-from autograder.guard.secret import EXTRA_SHAPES
 from autograder.measure import capability
 from autograder.specs.exercise import KernelExercise, Shape
 
@@ -83,7 +82,7 @@ def secret_shapes(ex: KernelExercise, seed: int | None = None) -> tuple[Shape, .
     """The shapes of correctness's secret case: the exercise's, the extra ones no notebook shows, and every shape
     precision measures (drawn from the same seed). Precision calls fn on the secret case's own inputs (same seed,
     same shape), so nothing a call is handed tells which criterion makes it."""
-    return tuple(dict.fromkeys((*ex.shapes, *EXTRA_SHAPES.get(ex.id, ()), *precision_shapes(ex, seed))))
+    return tuple(dict.fromkeys((*ex.shapes, *ex.extra_shapes, *precision_shapes(ex, seed))))
 
 
 def case_inputs(ex: KernelExercise, shape: Shape, dtype, seed: int, device=None) -> dict:

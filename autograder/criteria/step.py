@@ -32,7 +32,6 @@ from autograder.criteria.performance import (
     shared_gpu,
     submission_failure,
 )
-from autograder.guard.secret import EXTRA_SIZES
 from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.measure import device as device_mod
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
@@ -190,7 +189,7 @@ def _secret_sizes(ex: StepExercise) -> tuple:
     """The secret case's lists of sizes: the exercise's, the extra ones no notebook shows, and precision's, whose
     first step precision replays on the same draw (so no list of sizes tells the criteria apart)."""
     own = (tuple(ex.precision_sizes),) if ex.precision_sizes else ()
-    return tuple(dict.fromkeys((*ex.size_cases, *EXTRA_SIZES.get(ex.id, ()), *own)))
+    return tuple(dict.fromkeys((*ex.size_cases, *ex.extra_sizes, *own)))
 
 
 def _steps(ex: StepExercise, sizes, label: str) -> tuple[int, ...]:

@@ -82,6 +82,9 @@ class KernelExercise(Exercise):
     bytes: Callable[..., int] = None  # fewest bytes an implementation must move
     flops: Callable[..., int] | None = None  # set for compute-bound exercises (graded in TFLOP/s)
     shapes: tuple[Shape, ...] = ()
+    # Secret: shapes no notebook shows, graded besides `shapes` in correctness's secret case (with the precision
+    # shapes drawn from the grading's seed: criteria/cases.py secret_shapes). Odd sizes, layouts and edge cases.
+    extra_shapes: tuple[Shape, ...] = ()
     precision_shape: Shape = None
     # Several shapes along the reduced dimension, smallest first: the precision check then also fits how
     # the error grows with that length, and names low-precision accumulation when it grows.
@@ -176,6 +179,7 @@ class StepExercise(Exercise):
     baselines: Callable[..., dict] = None  # (lists, step, hyper) -> {label: function doing one more step}
     bytes: Callable[..., int] = None  # fewest bytes one step must move
     size_cases: tuple[tuple[int, ...], ...] = ()  # the tensor sizes of each list, one tuple per case
+    extra_sizes: tuple[tuple[int, ...], ...] = ()  # secret: more cases no notebook shows, graded after size_cases
     steps: tuple[int, ...] = (1, 2, 10)  # step numbers graded, each from the state the last one left
     precision_sizes: tuple[int, ...] = ()
     precision_steps: int = 20

@@ -224,6 +224,7 @@ GEMM_GELU_RESIDUAL = KernelExercise(
     flops=gemm_gelu_residual_flops,
     shapes=(Shape((1, 1, 1)), Shape((1, 5, 7)), Shape((37, 70, 100)), Shape((130, 96, 257)), Shape((64, 128, 512)),
             Shape((300, 264, 64)), Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
+    extra_shapes=(Shape((65, 129, 1000)), Shape((2, 3000, 70), "linear"), Shape((257, 31, 33), "padded")),
     precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
     reduced_dim="K",
     # A d_model = 256 model's MLP up-projection (256 -> 2048, GELU-tanh) over 32768 tokens. With K = 256 the
@@ -297,6 +298,7 @@ SWIGLU = KernelExercise(
     flops=swiglu_flops,
     shapes=(Shape((1, 1, 1)), Shape((1, 5, 7)), Shape((37, 70, 100)), Shape((130, 96, 257)), Shape((300, 136, 64)),
             Shape((33, 40, 80), "padded"), Shape((48, 80, 96), "linear")),
+    extra_shapes=(Shape((65, 129, 1000)), Shape((3, 1000, 40), "linear"), Shape((129, 17, 65), "padded")),
     precision_shapes=tuple(Shape((32, 64, k)) for k in (256, 1024, 4096, 16384)),
     reduced_dim="K",
     # Gate and up projections of a d_model = 256 model (256 -> 2048 each) over 32768 tokens: as for the epilogue

@@ -199,6 +199,7 @@ FUSED_CHAIN = KernelExercise(
         Shape((33, 1500), "transposed"),
         Shape((17, 3000), "strided"),
     ),
+    extra_shapes=(Shape((3, 5003)), Shape((129, 1031), "transposed"), Shape((9, 2050), "strided"), Shape((1, 1))),
     precision_shape=Shape((256, 4096)),
     perf_shape=Shape((16384, 8192)),  # 256 MiB in bf16: far past any L2
     tolerance={

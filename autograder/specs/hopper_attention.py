@@ -38,6 +38,7 @@ FLASH_ATTENTION_WS = dataclasses.replace(
     shapes=(Shape((1, 1, 1, 16)), Shape((1, 2, 7, 32), "causal"), Shape((2, 1, 100, 64)),
             Shape((1, 2, 130, 64), "causal"), Shape((1, 1, 77, 128)), Shape((1, 2, 96, 128), "causal"),
             Shape((2, 3, 50, 64), "bnhd"), Shape((1, 2, 65, 64), "causal")),
+    extra_shapes=(Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal"), Shape((1, 1, 257, 128))),
     # The warp-specialized kernel (kernels/flash_attention_ws.py at its one right setting, 64 x 128 tiles) timed
     # 0.45 of the best SDPA backend at this shape (bf16, not causal; the best was SDPA's default choice, the
     # criterion's baseline) on an H200 with Triton 3.6: kernels/bench/results/hopper/, the sweep's first timing.

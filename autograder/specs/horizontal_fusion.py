@@ -200,6 +200,7 @@ ROW_SUM_SUMSQ = KernelExercise(
     bytes=row_sum_sumsq_bytes,
     shapes=(Shape((1, 1)), Shape((1, 7)), Shape((5, 1000)), Shape((37, 4099)), Shape((3, 65537)),
             Shape((300, 33)), Shape((17, 3000), "padded"), Shape((100, 50), "transposed")),
+    extra_shapes=(Shape((2, 40961)), Shape((129, 3), "transposed"), Shape((7, 5001), "padded")),
     precision_shapes=tuple(Shape((8, n)) for n in (1024, 4096, 16384, 65536)),
     perf_shape=Shape((32768, 4096)),
     tolerance={dt: (1e-3, 1e-5) for dt in (torch.float32, torch.float16, torch.bfloat16)},
@@ -261,6 +262,7 @@ QKV_PROJECTION = KernelExercise(
     bytes=qkv_projection_bytes,
     shapes=(Shape((1, 64, 32, 64)), Shape((5, 128, 64, 100)), Shape((37, 96, 48, 257)), Shape((130, 64, 32, 512)),
             Shape((16, 256, 128, 1000)), Shape((64, 48, 8, 96), "padded")),
+    extra_shapes=(Shape((33, 80, 24, 300)), Shape((3, 128, 64, 4097))),
     precision_shapes=tuple(Shape((32, 64, 32, k)) for k in (256, 1024, 4096, 16384)),
     # Timed at decode (16 rows, an 8B-class model's QKV: d_model 4096, 8 KV heads of 128): the weights' bytes set
     # the time, so it is graded as bandwidth. Three GEMMs are three short launches, two of them too narrow to
@@ -366,6 +368,7 @@ ADAMW_STEP = StepExercise(
     baselines=_torch_baselines,
     bytes=adamw_bytes,
     size_cases=((1,), (7, 1000, 3), (4099, 0, 257, 65539), tuple(range(1, 4000, 97))),
+    extra_sizes=((2048, 1, 2047, 6151), (5,) * 33),
     steps=(1, 2, 10),
     precision_sizes=(4096, 65536, 1000, 7),
     precision_steps=20,

@@ -186,6 +186,8 @@ LORA = KernelExercise(
     flops=lora_flops,
     shapes=(Shape((1, 1, 8, 1)), Shape((2, 5, 8, 9)), Shape((37, 70, 8, 100)), Shape((130, 96, 16, 257)),
             Shape((300, 136, 64, 64)), Shape((33, 40, 16, 80), "padded"), Shape((48, 80, 24, 96), "transposed")),
+    extra_shapes=(Shape((65, 129, 40, 1000)), Shape((3, 1000, 8, 40), "transposed"),
+                  Shape((129, 17, 64, 65), "padded")),
     precision_shapes=tuple(Shape((32, 64, 16, k)) for k in (256, 1024, 4096, 16384)),
     reduced_dim="K",
     # A d_model = 256 model's MLP up-projection (256 -> 2048) with a rank-16 adapter, over 32768 tokens: as for

@@ -111,6 +111,7 @@ SPARSE_HEAD = KernelExercise(
     flops=sparse_head_flops,
     shapes=(Shape((1, 1, 16, 1)), Shape((2, 5, 16, 7)), Shape((3, 33, 64, 300)), Shape((2, 70, 32, 129), "full"),
             Shape((3, 17, 48, 257), "empty"), Shape((1, 129, 64, 1000))),
+    extra_shapes=(Shape((2, 65, 80, 1031)), Shape((5, 3, 16, 2), "empty"), Shape((1, 200, 24, 129), "full")),
     precision_shapes=tuple(Shape((4, 32, k, 512)) for k in (64, 512, 2048)),
     reduced_dim="H",
     reduced_axis=2,

@@ -91,6 +91,7 @@ SOFTMAX = KernelExercise(
     bytes=softmax_bytes,
     shapes=(Shape((1, 1)), Shape((3, 7)), Shape((37, 1000)), Shape((5, 4096), "masked"), Shape((4, 20000)),
             Shape((3, 70001), "masked"), Shape((33, 129), "padded")),
+    extra_shapes=(Shape((2, 16385), "masked"), Shape((3, 33000), "padded"), Shape((65, 3))),
     precision_shapes=tuple(Shape((8, n)) for n in (256, 4096, 65536)),
     reduced_dim="N",
     perf_shape=Shape((32768, 4096)),
@@ -243,6 +244,7 @@ FLASH_ATTENTION = KernelExercise(
     shapes=(Shape((1, 1, 1, 16)), Shape((1, 2, 7, 32), "causal"), Shape((2, 1, 100, 64)),
             Shape((1, 2, 130, 64), "causal"), Shape((1, 1, 77, 128)), Shape((1, 2, 96, 128), "causal"),
             Shape((2, 3, 50, 64), "bnhd"), Shape((1, 2, 65, 64), "causal bnhd")),
+    extra_shapes=(Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd"), Shape((1, 1, 257, 128))),
     precision_shapes=tuple(Shape((1, 2, n, 64)) for n in (64, 256, 1024)),
     reduced_dim="N",
     reduced_axis=2,
@@ -334,6 +336,7 @@ LINEAR_CROSS_ENTROPY = KernelExercise(
     flops=linear_cross_entropy_flops,
     shapes=(Shape((1, 1, 1)), Shape((3, 16, 5)), Shape((37, 64, 1000)), Shape((70, 96, 3001), "confident"),
             Shape((20, 40, 700), "padded"), Shape((9, 32, 300), "int32"), Shape((130, 128, 2048))),
+    extra_shapes=(Shape((65, 48, 4097)), Shape((3, 72, 257), "confident int32"), Shape((2, 8, 2))),
     precision_shapes=tuple(Shape((16, 64, v)) for v in (1000, 8000, 64000)),
     reduced_dim="V",
     # 4096 tokens of a 1024-wide model over a 32768-word vocabulary: the float32 logits would take 512 MiB.

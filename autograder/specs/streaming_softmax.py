@@ -142,6 +142,7 @@ MOE_ROUTER = KernelExercise(
     bytes=router_bytes,
     shapes=(Shape((1, 8, 1)), Shape((3, 8, 8)), Shape((37, 64, 2)), Shape((100, 256, 8)), Shape((50, 160, 2)),
             Shape((129, 32, 1), "padded"), Shape((64, 16, 8), "ties"), Shape((33, 256, 2), "ties")),
+    extra_shapes=(Shape((65, 200, 8)), Shape((7, 128, 2), "ties padded"), Shape((1, 8, 8))),
     perf_shape=Shape((131072, 256, 8)),
     tolerance={torch.float32: (1e-6, 1e-5), torch.float16: (1e-6, 1e-5), torch.bfloat16: (1e-6, 1e-5)},
     special_values=False,

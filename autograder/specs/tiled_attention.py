@@ -37,6 +37,7 @@ FLASH_ATTENTION_TORCH = KernelExercise(
     reference=attention_reference,
     eager=attention_naive,
     shapes=FLASH_ATTENTION.shapes,
+    extra_shapes=(Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal bnhd")),
     precision_shapes=FLASH_ATTENTION.precision_shapes,
     reduced_dim="N",
     reduced_axis=2,

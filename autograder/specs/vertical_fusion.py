@@ -299,6 +299,7 @@ RMSNORM = KernelExercise(
     function="rmsnorm",
     signature="rmsnorm(x, weight, eps) -> Tensor",
     summary="Fused RMSNorm forward: one read of x, one write of y, fp32 statistics, any H up to 16384.",
+    extra_shapes=(Shape((3, 12289)), Shape((6, 2047), "padded")),
     make_inputs=_norm_inputs,
     reference=rmsnorm_reference,
     eager=rmsnorm_eager,
@@ -314,6 +315,7 @@ ADD_RMSNORM = KernelExercise(
     function="add_rmsnorm",
     signature="add_rmsnorm(x, residual, weight, eps) -> (normed, new_residual)",
     summary="Residual add + RMSNorm in one kernel: 2 reads, 2 writes.",
+    extra_shapes=(Shape((3, 12289)), Shape((6, 2047), "padded")),
     make_inputs=_add_norm_inputs,
     reference=add_rmsnorm_reference,
     eager=add_rmsnorm_eager,
@@ -327,6 +329,7 @@ ADD_RMSNORM = KernelExercise(
 
 LAYERNORM = KernelExercise(**{**NORM_COMMON, **dict(
     shapes=NORM_SHAPES + (Shape((9, 2048), "offset"),),
+    extra_shapes=(Shape((3, 12289)), Shape((5, 5121), "offset")),
     id="02.layernorm",
     kernel="layernorm",  # its reference solution: kernels/layernorm.py
     bars=dict(min_fraction_of_peak=0.5, min_speedup_over_eager=1.1),
@@ -379,6 +382,7 @@ RMSNORM_BACKWARD = KernelExercise(
     bytes=rmsnorm_backward_bytes,
     shapes=(Shape((1, 7)), Shape((5, 1000)), Shape((37, 4099)), Shape((3, 16384)), Shape((130, 768)),
             Shape((17, 3000), "padded")),
+    extra_shapes=(Shape((3, 12289)), Shape((70, 513))),
     precision_shapes=GROWTH_SHAPES,
     perf_shape=PERF,
     tolerance={torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1e-1, 5e-2)},
