@@ -205,10 +205,9 @@ def main(argv=None) -> int:
               f"{len(row['skipped_cells'])} demonstrations skipped) passed={row['passed']}", flush=True)
         # Saved after every notebook: a run stopped part way keeps what it measured.
         save(result, stem.with_suffix(".json"))
-        stem.with_suffix(".md").write_text(markdown(result))
     rows = result["rows"]
     print(markdown(result))
-    print(f"saved {stem}.json, .md")
+    print(f"saved {stem}.json")
     return 0 if all(r["passed"] for r in rows) else 1
 
 

@@ -5,7 +5,7 @@ or naive version of the exercise fails it: the grader's own performance criterio
 
 A solution should pass every round with at least HEADROOM of margin on both of its bars (its fraction of the
 measured peak over the threshold, and its speed-up over eager PyTorch over the minimum); each naive version
-should fail every round. Saves bench/results/headroom/headroom-<gpu>.{json,md} (device, versions, date;
+should fail every round. Saves bench/results/headroom/headroom-<gpu>.json (device, versions, date;
 -partial with --only); `python -m bench.report` puts the merged tables in docs/benchmarks.md.
 """
 
@@ -210,9 +210,8 @@ def merge(paths: list[Path], out: Path) -> dict:
               "rows": sorted(rows.values(), key=lambda r: (order[r["exercise"]], r["role"] != "solution"))}
     stem = out / f"headroom-{slug(merged['device']['name'])}"
     save(merged, stem.with_suffix(".json"))
-    stem.with_suffix(".md").write_text(markdown(merged))
     print(markdown(merged))
-    print(f"saved {stem}.json, .md")
+    print(f"saved {stem}.json")
     return merged
 
 
@@ -268,9 +267,8 @@ def main(argv=None) -> int:
               "shapes": shapes, "rows": rows}
     stem = args.out / f"headroom-{slug(prof.name)}{'-partial' if args.only or shapes else ''}"
     save(result, stem.with_suffix(".json"))
-    stem.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
-    print(f"saved {stem}.json, .md")
+    print(f"saved {stem}.json")
     return 0 if all(row["summary"]["ok"] for row in rows) else 1
 
 

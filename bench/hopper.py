@@ -19,7 +19,7 @@ The warp-specialized family is swept first in a child process, so that a kernel 
 costs that family, not the run.
 
 Compile time is counted apart from timing (bench.sweep compiles a family's settings at once on the
-machine's cores). Results: bench/results/hopper/hopper-<gpu>.json and .md, a table printed. The JSON keeps,
+machine's cores). Results: bench/results/hopper/hopper-<gpu>.json, a table printed. The JSON keeps,
 for every setting tried, what the compiler made of it (shared memory, warps, registers, spills, whether the key
 loop was warp-specialized) and why it was left out, not run, wrong or slower: the evidence for where the
 ceiling is when a goal is not met.
@@ -437,10 +437,8 @@ def main(argv=None) -> int:
         result["seconds"] = {**clock.spent, "total": round(clock.elapsed(), 1)}
         result["goals"] = goals(result["rows"])
         save(result, stem.with_suffix(".json"))  # after every part: a run cut short keeps what it measured
-    text = markdown(result)
-    stem.with_suffix(".md").write_text(text)
-    print(text)
-    print(f"saved {stem}.json, .md ({clock.elapsed():.0f} s, budget {args.budget:.0f} s)"
+    print(markdown(result))
+    print(f"saved {stem}.json ({clock.elapsed():.0f} s, budget {args.budget:.0f} s)"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

@@ -274,9 +274,8 @@ def main(argv=None) -> int:
     save(result, stem.with_suffix(".json"))
     text = (f"### Peers: {prof.name} ({result['date']}, torch {result['torch']}, triton {result['triton']})\n"
             + "\n".join(markdown(result["rows"])) + "\n")
-    stem.with_suffix(".md").write_text(text)
     print(text)
-    print(f"saved {stem}.json, .md")
+    print(f"saved {stem}.json")
     return 0
 
 

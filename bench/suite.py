@@ -1,6 +1,6 @@
 """Benchmark every reference kernel against eager PyTorch and torch.compile, on one device, in one run.
 
-    python -m bench            # measure, print the table, save bench/results/<gpu>.{json,md,png}
+    python -m bench            # measure, print the table, save bench/results/<gpu>.{json,png}
     python -m bench --sweep    # also time block-size variants of the reference kernels
     python -m bench.report     # then: docs/benchmarks.md from every committed run (no GPU needed)
 
@@ -339,7 +339,6 @@ def main(argv=None) -> int:
         result["sweep"] = [{"kernel": k, "config": c, "GBps": round(g, 1)} for k, c, g in sweep(progress)]
     stem = args.out / slug(prof.name)
     save(result, stem.with_suffix(".json"))
-    stem.with_suffix(".md").write_text(markdown(result))
     plots.figures(stem.with_suffix(".json"))
     print(markdown(result))
     for k, g in result["goals"].items():
@@ -350,7 +349,7 @@ def main(argv=None) -> int:
         print(f"goal {k}: {want}: {'MET' if g['met'] else 'NOT MET'}")
     for s in result.get("sweep", []):
         print(f"sweep {s['kernel']:<14} {s['config']:<34} {s['GBps']:8.0f} GB/s")
-    print(f"saved {stem}.json, .md, .png (python -m bench.report puts it in docs/benchmarks.md)")
+    print(f"saved {stem}.json, .png (python -m bench.report puts it in docs/benchmarks.md)")
     return 0
 
 
