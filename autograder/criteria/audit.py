@@ -5,6 +5,7 @@ left running."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sysconfig
 import threading
@@ -17,6 +18,7 @@ from autograder.criteria.cases import (
 from autograder.criteria.outputs import as_outputs, relative_error
 from autograder.guard.watch import TritonLaunches, Watch
 from autograder.measure import gpu_share
+from autograder.measure.timing import device_work_ms, escaped_work, synced_ms
 from autograder.specs.exercise import KernelExercise
 
 ROTATION = 3  # input sets of different values the timed calls take in turn
@@ -181,3 +183,65 @@ def submission_running() -> str | None:
         return (f"a process your code started is still running ({'; '.join(procs[:3])}): it could load the GPU "
                 "while your kernel is timed. End every process it starts before grading")
     return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The audit every timed criterion of every exercise kind goes through once its turns are measured: a kernel's
+# performance (criteria/performance.py makes these checks inline, in this order), a step's and a training step's.
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """The least work one timed call must do, and this GPU's rate for that work: a time that beats it is not a
+    time of the work."""
+
+    work: float  # bytes (GB/s) or flops (TFLOP/s) a call must move or do
+    rate: float | None  # this GPU's ceiling in `unit`; None: not known here, nothing checked
+    unit: str  # "GB/s" | "TFLOP/s"
+    what: str  # what the work is, e.g. "bytes the step must move"
+    name: str  # what the ceiling is, e.g. "copy bandwidth"
+
+    def beaten(self, ms: float, noise: float) -> str | None:
+        if not self.rate or self.work <= 0:
+            return None
+        achieved = self.work / (ms * 1e-3) / (1e9 if self.unit == "GB/s" else 1e12)
+        if achieved <= self.rate * (1 + noise):
+            return None
+        return (f"impossible measurement: work escaped the timer. {ms:.4f} ms a call means {achieved:.0f} "
+                f"{self.unit} for the {self.what}, {achieved / self.rate:.1f}x this GPU's {self.name} "
+                f"({self.rate:.0f} {self.unit}); no kernel can do that, so the timed calls did not do the work "
+                "(a cache, a side stream, a thread, or less work while timed)")
+
+
+@dataclasses.dataclass
+class Audited:
+    """What the audit leaves of a timing: the time to grade, the failure (None: none found) and a note."""
+
+    ms: float
+    failure: str | None = None
+    note: str = ""
+
+
+def audit_timing(call, ms: float, spread: float, ceilings=(), sampled=None, problem=None) -> Audited:
+    """The checks a time must pass before it is graded, in the order the kernel's performance criterion makes
+    them. `call` (no arguments) is what was timed as yours, plainly called; `ms` its time from the turns and
+    `spread` theirs; `sampled` (a measure.timing.SampledCalls) with `problem(set, output) -> str | None` checks
+    the outputs of calls picked at random while timing. Then the profiler's view of every stream must not show
+    more GPU work a call than was timed, a loop with the whole device synchronized replaces a time it far
+    exceeds, and the time must not beat any of the ceilings by more than the measurement's noise."""
+    if sampled is not None and problem is not None:
+        wrong = sampled.verify(problem)
+        if wrong:
+            return Audited(ms, f"{wrong}: the timing means nothing")
+    escaped = escaped_work(ms, device_work_ms(call))
+    if escaped:
+        return Audited(ms, escaped)
+    synced, note = synced_ms(call), ""
+    if synced > 2 * ms + 0.02:
+        note = (f"\nThe timed turns gave {ms:.3f} ms a call, but with the whole GPU synchronized a call takes "
+                f"{synced:.3f} ms: part of the work escapes the events (a side CUDA stream, work finishing after the "
+                "function returns, or less work while timed?). Graded on the synchronized time.")
+        ms = synced
+    noise = RATE_NOISE + min(spread, MAX_SPREAD)
+    beyond = next((why for why in (c.beaten(ms, noise) for c in ceilings) if why), None)
+    return Audited(ms, beyond, note)

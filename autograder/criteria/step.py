@@ -15,23 +15,11 @@ import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
-from autograder.criteria.cases import (
-    MAX_LISTED,
-    case_seed,
-    count_gpu_kernels,
-    dtype_name,
-    student_error,
-    sync,
-)
+from autograder.criteria.audit import Ceiling, audit_timing
+from autograder.criteria.cases import MAX_LISTED, case_seed, count_gpu_kernels, dtype_name, student_error, sync
 from autograder.criteria.fusion import INTERPRETED, ON_GPU
-from autograder.criteria.performance import (
-    SubmissionWork,
-    copy_peak,
-    measure,
-    not_measured,
-    shared_gpu,
-    submission_failure,
-)
+from autograder.criteria.performance import SubmissionWork, copy_peak, measure, not_measured, shared_gpu
+from autograder.criteria.performance import submission_failure
 from autograder.guard.watch import Guarded, TritonLaunches, Watch
 from autograder.measure import device as device_mod
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
@@ -295,10 +283,15 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     peak.call = None
     if t is None:
         return shared_gpu(cfg, why)
-    ms, eager_ms = t.yours_ms, t.eager_ms
+    copy_now, n_bytes = peak.rate(t.peak_ms), ex.bytes(*args)
+    # The timing audit of every timed criterion (criteria.audit): every stream's work, the synchronized time, and
+    # the copy bandwidth measured in turns with the step as a ceiling.
+    audit = audit_timing(lambda: fn(*args), t.yours_ms, t.spread,
+                         [Ceiling(n_bytes, copy_now, "GB/s", "bytes a step must move", "copy bandwidth")])
+    if audit.failure:
+        return CriterionResult("performance", FAILED, audit.failure, {"time_ms": audit.ms, "eager_ms": t.eager_ms})
+    ms, eager_ms = audit.ms, t.eager_ms
     others = {label: bench_ms(run) for label, run in (ex.baselines(lists, step, hyper) if ex.baselines else {}).items()}
-    copy_now = peak.rate(t.peak_ms)
-    n_bytes = ex.bytes(*args)
     gbps = n_bytes / (ms * 1e-3) / 1e9
     frac = gbps / copy_now
     speedup = eager_ms / ms
@@ -314,7 +307,7 @@ def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
            f"the profile was taken); needs {min_frac:.2f}. {ms:.3f} ms against "
            f"{eager_ms:.3f} ms for the per-tensor PyTorch loop ({speedup:.2f}x)"
            f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}{compared}. "
-           f"{len(sizes)} tensors, {sum(sizes):,} elements, {dtype_name(dtype)}, {prof.name}.")
+           f"{len(sizes)} tensors, {sum(sizes):,} elements, {dtype_name(dtype)}, {prof.name}.{audit.note}")
     ok = frac >= min_frac and speedup > min_speedup
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 

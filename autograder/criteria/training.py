@@ -10,14 +10,17 @@ memory       the allocator's peak during a forward and backward against eager Py
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
+from autograder.criteria.audit import LOOSE, ROTATION, Ceiling, audit_timing
 from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
 from autograder.criteria.performance import (
+    KEPT,
     SubmissionWork,
     copy_peak,
     measure,
@@ -28,7 +31,7 @@ from autograder.criteria.performance import (
 from autograder.guard import integrity
 from autograder.guard.watch import TritonLaunches
 from autograder.measure import device as device_mod
-from autograder.measure.timing import extra_bytes, grader_ms
+from autograder.measure.timing import SampledCalls, extra_bytes, grader_ms
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import UNIT_ROUNDOFF, TrainingCase, TrainingExercise
 from autograder.specs.text_corpus import batches
@@ -273,6 +276,33 @@ def compile_yardstick(ex: TrainingExercise) -> None:
     sync()
 
 
+def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t, prof):
+    """The timing audit of every timed criterion (criteria.audit) on a training step: the gradients of timed calls
+    picked at random against those of a call on new tensors holding the same values (a cache keyed on the tensors
+    misses it), every stream's work, the synchronized time, and the bf16 matmul rate as the ceiling of the flops a
+    forward and backward must do."""
+    case, refs = ex.perf_case, {}
+
+    def problem(i, grads) -> str | None:
+        if i not in refs:
+            fresh = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
+            x, y = (v.clone() for v in sets[i])
+            refs[i] = torch.autograd.grad(fn(fresh, x, y, case.config), list(fresh.values()))
+        for name, g, r in zip(params, grads, refs[i]):
+            err = float((g.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30))
+            if not err < LOOSE:
+                return (f"a timed call (batch {i} of {len(sets)}, picked at random among the timed calls) returned a "
+                        f"wrong gradient of {name} (relative error {err:.2g} against the same step called again "
+                        "untimed): the calls timed are checked too, so doing less when timed shows")
+        return None
+
+    tokens_n = case.batch * case.seq_len
+    flops = ex.flops_per_token(case.config, case.seq_len) * tokens_n if ex.flops_per_token else 0
+    ceiling = Ceiling(flops, prof.matmul_tflops.get("bf16"), "TFLOP/s", "flops a forward and backward must do",
+                      "bf16 matmul rate")
+    return audit_timing(yours, t.yours_ms, t.spread, [ceiling], sampled, problem)
+
+
 def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
@@ -288,13 +318,23 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     compiled()  # compilation stays out of the timing
     prof = device_mod.profile(progress=False)
     peak = copy_peak(prof)
+    # The timed calls take turns over batches of different tokens; calls picked at random keep their gradients.
+    sets = [(tokens, targets)] + [_batch(ex, case, case_seed(cfg.secret_seed, "training-perf", k), "cuda")
+                                  for k in range(1, ROTATION)]
+    leaves = list(params.values())
+    sampled = SampledCalls(lambda x, y: torch.autograd.grad(fn(params, x, y, case.config), leaves), sets,
+                           keep=KEPT)
     try:
-        t, why = measure(yours, compiled, peak, in_graph=False)
+        t, why = measure(sampled, compiled, peak, in_graph=False)
     except SubmissionWork as exc:
         return submission_failure(exc)
     peak.call = None
     if t is None:
         return shared_gpu(cfg, why)
+    audit = _audit(ex, fn, params, sets, sampled, yours, t, prof)
+    if audit.failure:
+        return CriterionResult("performance", FAILED, audit.failure, {"time_ms": audit.ms, "compiled_ms": t.eager_ms})
+    t = dataclasses.replace(t, yours_ms=audit.ms)
     eager_ms = grader_ms(_step(ex.eager, params, tokens, targets, case.config), 25, 200)
     tokens_n = case.batch * case.seq_len
     frac, speedup = t.eager_ms / t.yours_ms, eager_ms / t.yours_ms
@@ -306,7 +346,8 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     msg = (f"{tokens_n / t.yours_ms:.0f} k tokens/s for a forward and backward ({t.yours_ms:.2f} ms) against "
            f"{tokens_n / t.eager_ms:.0f} k for torch.compile of the eager model ({t.eager_ms:.2f} ms, timed in turns "
            f"with yours): {frac:.2f} of its speed, needs {min_frac:.2f}; eager PyTorch {eager_ms:.2f} ms, so "
-           f"{speedup:.2f}x eager, needs more than {min_speedup:.2f}x. {case}, {dtype_name(dtype)}, {prof.name}.")
+           f"{speedup:.2f}x eager, needs more than {min_speedup:.2f}x. {case}, {dtype_name(dtype)}, {prof.name}."
+           f"{audit.note}")
     ok = frac >= min_frac and speedup > min_speedup
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 

@@ -169,6 +169,7 @@ DECODER = TrainingExercise(
     training_cpu=TrainingCase(TINY, 2, 32, steps=8, lr=1e-2),
     training_gpu=TrainingCase(CAPSTONE, 8, 1024, steps=200, lr=1e-3),
     perf_case=TrainingCase(CAPSTONE_WIDE, 8, 1024),
+    flops_per_token=training_flops_per_token,
     memory_cpu=TrainingCase(DecoderConfig(8192, 32, 1, 2, 64), 4, 64),
     memory_gpu=TrainingCase(CAPSTONE_WIDE, 8, 1024),
     precision_floor={torch.float32: 1e-5, torch.bfloat16: 1e-2},

@@ -262,6 +262,8 @@ class TrainingExercise(Exercise):
     loss_factor: float = 3.0
     max_memory_fraction: float = 0.6  # of eager's peak, at the memory case
     default_min_fraction: float = 0.4  # of torch.compile's tokens/s
+    # (config, seq_len) -> the fewest flops a forward and backward must do a token: the timing audit's ceiling.
+    flops_per_token: Callable[..., int] | None = None
 
 
 def _is_triton_kernel(fn) -> bool:
