@@ -1,4 +1,4 @@
-"""What grading a class costs in GPU time, from the committed runs alone: docs/benchmarks.md's first section.
+"""What grading a class costs in GPU time, from the committed runs alone: a section of docs/benchmarks.md.
 
 For each device, each notebook's seconds through the checker (bench.grading, grading mode: the newest
 measurement, see newest_checker_rows) and, where bench.scale has run on that device, its seconds per
@@ -119,15 +119,40 @@ def device_lines(device: str, grading_runs: list[tuple[str, dict]], scale_runs: 
 
 
 def render(by_device: dict[str, tuple[list, list]], notebooks: list[str]) -> list[str]:
-    """The section: device -> (grading runs, scale runs), each a list of (file, run)."""
-    body = []
+    """The section, one column pair a device: device -> (grading runs, scale runs), each a list of (file, run)."""
+    found = {}
     for device, (grading_runs, scale_runs) in sorted(by_device.items()):
-        body += device_lines(device, grading_runs, scale_runs, notebooks)
-    if not body:
+        checker, scale = newest_checker_rows(grading_runs), newest_scale(scale_runs)
+        students = per_student(checker, scale)
+        if students:
+            found[device] = (checker, scale, students)
+    if not found:
         return []
-    intro = (f"A class of {CLASS_SIZE} students handing in all {len(notebooks)} notebooks, graded one student per "
-             "GPU at a time. A notebook's seconds are the newest run of the checker in grading mode on the device "
-             "(`python -m bench.grading`; of one day's runs, the slowest whose notebook passed) and, where "
-             "measured, a student's seconds through grade-class (`python -m bench.scale`), whose extra "
-             "seconds over the checker are added to the other notebooks. GPU-hours: students x seconds / 3600.")
-    return ["", "## GPU-hours to grade a class", "", intro, *body]
+    lines = ["| notebook | " + " | ".join(f"{d}: s a student | GPU-hours" for d in found) + " |",
+             "|---|" + "---|---|" * len(found)]
+    for notebook in notebooks:
+        cells = [f"{students[notebook][0]:.0f} | {hours(students[notebook][0]):.1f}" if notebook in students
+                 else "not measured | " for _, _, students in found.values()]
+        lines.append(f"| {notebook} | " + " | ".join(cells) + " |")
+    totals, clocks, notes = [], [], []
+    for device, (checker, scale, students) in found.items():
+        present = [nb for nb in notebooks if nb in students]
+        total = sum(hours(students[nb][0]) for nb in present)
+        e = efficiency(scale[1] if scale else None)
+        totals.append(f"{sum(students[nb][0] for nb in present):.0f} | {total:.1f}")
+        clocks.append(" | " + " / ".join(_clock(total / (n * (e if n > 1 else 1.0))) for n in GPU_COUNTS))
+        files = sorted({(entry["file"], entry["date"]) for entry in checker.values()})
+        how = (f"grade-class's own seconds from `{scale[0]}` ({scale[1]['date']}), its parallel efficiency "
+               f"{e:.2f} assumed up to {GPU_COUNTS[-1]} GPUs" if scale is not None and scale[1].get("efficiency")
+               is not None else "the checker's seconds alone (grade-class not timed here: a lower bound), perfect "
+               "scaling assumed")
+        missing = [nb for nb in notebooks if nb not in students]
+        notes.append(f"- {device}: " + ", ".join(f"`{f}` ({d})" for f, d in files) + f"; {how}."
+                     + (f" Not measured, left out of the totals: {', '.join(missing)}." if missing else ""))
+    lines.append("| every notebook measured | " + " | ".join(totals) + " |")
+    lines.append(f"| wall-clock on {' / '.join(map(str, GPU_COUNTS))} GPUs | " + " | ".join(clocks) + " |")
+    intro = (f"A class of {CLASS_SIZE} students handing in all {len(notebooks)} notebooks, graded one student per GPU "
+             "at a time: a student's seconds a notebook (the newest grading-mode run of the checker on the device, "
+             "`python -m bench.grading`, plus grade-class's own extra seconds where `python -m bench.scale` measured "
+             "them) and the class's GPU-hours (students x seconds / 3600).")
+    return ["", "## What grading a class costs", "", intro, "", *lines, "", *notes]

@@ -3,67 +3,61 @@
     python -m bench.report            # write docs/benchmarks.md
     python -m bench.report --check    # exit 1 if docs/benchmarks.md is not what the runs give
 
-One section per device; in it every run, each under a heading with its own file, device, torch and triton versions
-and date: the suite (reference kernels against eager PyTorch, torch.compile and their peers), the peers alone,
-compiler-driven fusion, the training kernels and the capstone, the grading headroom, the seconds to grade a
-notebook, grade-class on several GPUs. Runs of one device that disagree about a figure are listed side by side at
-the end of its section rather than one of them chosen. Before the devices, what grading a class costs in GPU-hours
-(bench.budget), from the grading and scale runs.
+The page shows the newest run of each benchmark on each device, one short table a benchmark with a column a
+device, so that it reads in a few minutes: what grading a class costs, how far the reference solutions clear their
+grading bars (warm and cold), the reference kernels against eager PyTorch, torch.compile and their peers, the
+training kernels and the capstone, grade-class on several GPUs, Triton on Hopper. Every figure of a run is in its
+JSON file; older runs are in git's history (`git log -- bench/results/`).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
-from bench import budget, capstone, compiler, grading, headroom, hopper, peers, scale, suite, training
-from bench.common import RESULTS, load, versions
+from bench import budget, coldstart, grading, headroom
+from bench.common import RESULTS, load, slug, versions
 
 ROOT = RESULTS.parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 PINNED = "torch 2.13 and triton 3.7.1"
-DISAGREE = 1.25  # two runs whose figures differ by more than this factor are listed side by side
 
-# The kinds of run, in the order a device's section shows them: (kind, heading, body(result) -> lines).
-KINDS = (
-    ("suite", "Reference kernels against eager PyTorch, torch.compile and their peers (`python -m bench`)",
-     lambda r: suite.markdown(r).splitlines()),
-    ("peers", "The course against its peers (`python -m bench.peers`)", lambda r: peers.markdown(r["rows"])),
-    ("compiler", "Compiler-driven fusion (`python -m bench.compiler`)", lambda r: compiler.markdown(r["rows"])),
-    ("training", "Training kernels (`python -m bench.training`)", lambda r: training.markdown(r["rows"])),
-    ("capstone", "The capstone's training step (`python -m bench.capstone`)",
-     lambda r: capstone.markdown(r["rows"])),
-    ("headroom", "Grading headroom (`python -m bench.headroom`)",
-     lambda r: headroom.markdown(r).splitlines()[1:]),
-    ("explore", "Grading headroom, exploratory runs (other shapes or settings; not the grading's)",
-     lambda r: headroom.markdown(r).splitlines()[1:]),
-    ("grading", "Seconds to grade a solution notebook (`python -m bench.grading`)",
-     lambda r: grading.markdown(r).splitlines()[1:]),
-    ("scale", "grade-class on one GPU and on every GPU (`python -m bench.scale`)",
-     lambda r: scale.markdown(r).splitlines()[1:]),
-    ("hopper", "How far Triton gets on Hopper (`python -m bench.hopper`)",
-     lambda r: hopper.markdown(r).splitlines()[1:]),
-)
+# The benchmarks shown, in the page's order: kind -> (what it measures, the command that runs it).
+KINDS = {
+    "headroom": ("Grading headroom, warm", "python -m bench.headroom"),
+    "coldstart": ("Grading headroom, cold", "python -m bench.coldstart"),
+    "suite": ("Reference kernels", "python -m bench"),
+    "peers": ("The course against its peers", "python -m bench.peers"),
+    "compiler": ("Compiler-driven fusion", "python -m bench.compiler"),
+    "training": ("Training kernels", "python -m bench.training"),
+    "capstone": ("The capstone's training step", "python -m bench.capstone"),
+    "scale": ("grade-class on several GPUs", "python -m bench.scale"),
+    "hopper": ("Triton on Hopper", "python -m bench.hopper"),
+}
 
 
 def kind(path: Path) -> str | None:
-    """What a committed run is, from where it lies; None for the parts a merged headroom table stands for."""
+    """What a committed run is, from where it lies; None for runs the page leaves to their files: the parts a
+    merged table stands for, exploratory runs, partial cold-start runs, the grading runs (the class's cost reads
+    those, notebook by notebook)."""
     parts = path.relative_to(RESULTS).parts
     if len(parts) == 1 or parts[0] == "runs":
         return "suite"
     if parts[0] == "training":
         return "capstone" if path.stem.startswith("capstone") else "training"
-    if parts[0] == "headroom":  # headroom/parts/ are merged into headroom/headroom-<gpu>.json
-        return "headroom" if len(parts) == 2 else "explore" if parts[1] == "explore" else None
-    return parts[0] if parts[0] in {k for k, _, _ in KINDS} else None
+    if parts[0] in ("headroom", "coldstart"):
+        return parts[0] if len(parts) == 2 and not path.stem.endswith("-partial") else None
+    return parts[0] if parts[0] in KINDS else None
 
 
 def runs() -> dict[str, list[tuple[str, str, dict]]]:
-    """device name -> [(kind, file relative to the results, run)], in file order."""
+    """device name -> [(kind, file relative to the results, run)] of every committed run, in file order (kind
+    "grading" for the checker's timings)."""
     out: dict = {}
     for path in sorted(RESULTS.rglob("*.json")):
-        k = kind(path)
+        k = "grading" if path.relative_to(RESULTS).parts[0] == "grading" else kind(path)
         if k is None:
             continue
         result = load(path)
@@ -71,92 +65,247 @@ def runs() -> dict[str, list[tuple[str, str, dict]]]:
     return out
 
 
-def heading(name: str, result: dict) -> list[str]:
-    torch_version, triton_version = versions(result)
-    d = result["device"]
-    driver = f", driver {d['driver']}" if d.get("driver") else ""
-    liger = f", Liger-Kernel {result['liger_kernel']}" if result.get("liger_kernel") else ""
-    lines = ["", f"#### `{name}`", "", f"{d['name']}{driver}, torch {torch_version}, triton {triton_version}{liger}, "
-             f"measured {result['date']}."]
-    if result.get("note"):
-        lines += ["", result["note"]]
+def newest(every: dict) -> dict[str, dict[str, tuple[str, dict]]]:
+    """kind -> device -> (file, run): the newest run; of one day's, the one under the part's own name (a tagged
+    file, or one in runs/, is an extra run of that day)."""
+    out: dict = {}
+    for device, device_runs in every.items():
+        for k, name, result in device_runs:
+            if k not in KINDS:
+                continue
+            key = (result["date"], Path(name).stem.endswith(slug(device)) and not name.startswith("runs/"), name)
+            held = out.setdefault(k, {}).get(device)
+            if held is None or key > held[0]:
+                out[k][device] = (key, name, result)
+    return {k: {d: (name, r) for d, (_, name, r) in sorted(by.items())} for k, by in out.items()}
+
+
+def cross_table(first: list[str], by_device: dict[str, list[tuple[tuple, dict]]], cell) -> list[str]:
+    """One row a key (in the order the devices' runs list them), one column a device (in the order given):
+    cell(item), or "-" where that device's run has no such row."""
+    devices = list(by_device)
+    keys = list(dict.fromkeys(key for d in devices for key, _ in by_device[d]))
+    found = {d: dict(by_device[d]) for d in devices}
+    lines = ["| " + " | ".join(first + devices) + " |", "|" + "---|" * (len(first) + len(devices))]
+    for key in keys:
+        cells = [cell(found[d][key]) if key in found[d] else "-" for d in devices]
+        lines.append("| " + " | ".join(list(key) + cells) + " |")
     return lines
 
 
-def figures(name: str) -> list[str]:
-    """Where the figures drawn from a run (python -m bench.plots) are committed: named, not linked, as the
-    documentation site holds docs/ only."""
-    stem = (RESULTS / name).with_suffix("")
-    found = [p for p in (stem.with_suffix(".png"), stem.parent / f"{stem.name}-capstone.png") if p.is_file()]
-    return ["", "Figure: " + ", ".join(f"`{p.relative_to(ROOT).as_posix()}`" for p in found) + "."] if found else []
+def _runs_shown(shown: dict) -> list[str]:
+    devices = sorted({d for by in shown.values() for d in by})
+    lines = ["", "## The runs shown", "", "| benchmark | command | " + " | ".join(devices) + " |",
+             "|" + "---|" * (2 + len(devices))]
+    for k, (title, command) in KINDS.items():
+        by = shown.get(k, {})
+        if not by:
+            continue
+
+        def cell(d):
+            if d not in by:
+                return "-"
+            name, r = by[d]
+            return f"`{name}` ({r['date']}; torch {versions(r)[0]}, triton {versions(r)[1]})"
+
+        lines.append(f"| {title} | `{command}` | " + " | ".join(cell(d) for d in devices) + " |")
+    return lines
 
 
-def _figures_of(result: dict):
-    """(what, version, value) for the figures two runs can be compared by: fractions of the copy peak or of
-    SDPA, and the course against its best peer."""
-    for r in result.get("rows", []) if isinstance(result.get("rows"), list) else []:
-        if isinstance(r.get("fraction_of_copy"), float) and "kernel" in r:
-            yield f"{r['kernel']} {r['shape']}", "of copy", r["fraction_of_copy"]
-    for r in result.get("compiler_rows", []) + (result["rows"] if result.get("part") == "compiler" else []):
-        for version, v in r.get("fraction_of_copy", {}).items():
-            yield f"{r['kernel']} {r['shape']}", f"{version}, of copy", v
-    for r in result.get("streaming_rows", []):
-        if "fraction_of_sdpa" in r:
-            yield f"{r['kernel']} {r['shape']}", "of SDPA", r["fraction_of_sdpa"]
-    for r in result.get("peer_rows", []) + (result["rows"] if result.get("part") == "peers" else []):
-        if r.get("vs_best_peer"):
-            yield f"{r['op']} {r['shape']}", "vs best peer", r["vs_best_peer"]
+def _figure(device: str, name: str) -> list[str]:
+    """The figure python -m bench.plots drew from a run, shown from where it is committed (docs/hooks.py serves it)."""
+    png = Path(name).with_suffix(".png").as_posix()
+    return ["", f"![{device}: {png}](../bench/results/{png})"] if (RESULTS / png).is_file() else []
 
 
-def disagreements(device_runs) -> list[str]:
-    """A table of every figure that the device's runs measured more than DISAGREE apart, each run with its date."""
-    seen: dict = {}
-    for k, name, result in device_runs:
-        if k in ("compiler", "peers"):
-            result = {**result, "part": k}
-        for what, version, value in _figures_of(result):
-            seen.setdefault((what, version), []).append((name, result["date"], value))
-    rows = []
-    for (what, version), found in sorted(seen.items()):
-        values = [v for _, _, v in found]
-        if len(found) > 1 and min(values) > 0 and max(values) / min(values) > DISAGREE:
-            runs_text = "; ".join(f"{v:.2f} in `{name}` ({date})" for name, date, v in found)
-            rows.append(f"| {what} | {version} | {runs_text} |")
-    if not rows:
+def _solution_rows(result: dict) -> list[tuple[tuple, dict]]:
+    return [((r["exercise"],), r) for r in result["rows"] if r.get("role", "solution") == "solution"]
+
+
+def _warm(row: dict) -> str:
+    s = row["summary"]
+    margin = f", {s['margin']:.2f}x" if s.get("margin") is not None else ""
+    return f"{s['passed']}/{s['rounds']}{margin}" + ("" if s.get("ok", True) else " NOT OK")
+
+
+def _cold(row: dict) -> str:
+    s = row["summary"]
+    if s["failed"] or not s["bars"]:
+        return f"{s['passed']}/{s['runs']} NOT OK"
+    margin = min(b["margin"] for b in s["bars"].values())
+    return f"{s['passed']}/{s['runs']}, {margin:.2f}x" + ("" if s["ok"] else " NOT OK")
+
+
+def headroom_section(shown: dict) -> list[str]:
+    warm, cold = shown.get("headroom", {}), shown.get("coldstart", {})
+    if not warm and not cold:
         return []
-    return ["", "### Where the runs disagree", "",
-            f"Figures that this device's runs measured more than {DISAGREE:.2f}x apart, each with its run: none is "
-            "chosen over the others (the runs differ in date, code or machine, as their headings say).", "",
-            "| what | figure | runs |", "|---|---|---|", *rows]
+    columns = {}
+    for d in sorted({*warm, *cold}):
+        for how, by in (("warm", warm), ("cold", cold)):
+            if d in by:
+                columns[f"{d} {how}"] = [(key, (how, r)) for key, r in _solution_rows(by[d][1])]
+    lines = ["", "## How far the reference solutions clear their grading bars", "",
+             "Each reference solution graded on speed by the grader's own performance criterion: several times in a "
+             "row on a warm machine, and cold, each grading a fresh process with empty caches as a student's first "
+             "check. A cell: the runs that passed, of all, and the worst run's margin over the nearer of its two bars "
+             f"(1.00x: on the bar). A solution should clear its bars by {headroom.HEADROOM:.2f}x warm and "
+             f"{coldstart.MARGIN:.2f}x cold.", ""]
+    lines += cross_table(["exercise"], columns, lambda item: _warm(item[1]) if item[0] == "warm" else _cold(item[1]))
+    passing = [f"{r['exercise']} ({r['what']}) on {d}" for d, (_, run) in warm.items() for r in run["rows"]
+               if r.get("role") == "naive" and r["summary"]["passed"]]
+    lines += ["", "The naive version of each exercise (unfused, or eager PyTorch), graded the same way: "
+              + (f"passed at least once: {'; '.join(passing)}." if passing else "failed every round on every device.")]
+    return lines
+
+
+def suite_section(shown: dict) -> list[str]:
+    by = shown.get("suite", {})
+    if not by:
+        return []
+    columns = {d: [((r["kernel"], r["shape"]), r) for r in run["rows"]] for d, (_, run) in by.items()}
+    lines = ["", "## The memory-bound reference kernels", "",
+             "The course's Triton kernel against the copy bandwidth it could reach (fraction of the measured copy "
+             "peak) and its speed-up over eager PyTorch and over torch.compile.", ""]
+    lines += cross_table(["kernel", "shape"], columns, lambda r: (
+        f"{r['fraction_of_copy']:.2f} of copy, {r['speedup_vs_eager']:.2f}x eager, "
+        f"{r['speedup_vs_compile']:.2f}x torch.compile"))
+    for d, (name, run) in by.items():
+        goals = run.get("goals", {})
+        missed = [g for g, v in goals.items() if not v["met"]]
+        lines += ["", f"{d}: {len(goals) - len(missed)} of the suite's {len(goals)} goals met"
+                  + (f"; not met: {', '.join(missed)}" if missed else "")
+                  + f". Its GEMM, attention and compiler rows are in `{name}`."]
+        lines += _figure(d, name)
+    return lines
+
+
+def peers_section(shown: dict) -> list[str]:
+    by = shown.get("peers", {})
+    if not by:
+        return []
+    columns = {d: [((r["op"], r["shape"]), r) for r in run["rows"]] for d, (_, run) in by.items()}
+
+    def cell(r):
+        if not r.get("vs_best_peer"):
+            return "no peer ran"
+        return f"{r['vs_best_peer']:.2f}x {r['best_peer']}"
+
+    return ["", "## The course against its peers", "",
+            "The course's kernel against its fastest peer (torch.compile, PyTorch's own op or SDPA backend, "
+            "Liger-Kernel where installed): the peer's time over the course's (above 1: the course is faster), and "
+            "which peer.", "",
+            *cross_table(["op", "shape"], columns, cell)]
+
+
+def compiler_section(shown: dict) -> list[str]:
+    by = shown.get("compiler", {})
+    if not by:
+        return []
+    columns = {d: [((r["kernel"], r["shape"]), r) for r in run["rows"]] for d, (_, run) in by.items()}
+    def cell(r):
+        if "fraction_of_copy" in r:
+            return "; ".join(f"{v} {f:.2f}" for v, f in sorted(r["fraction_of_copy"].items(), key=lambda kv: kv[1]))
+        return "; ".join(f"{v} {ms:.2f} ms" for v, ms in sorted(r["ms"].items(), key=lambda kv: -kv[1]))
+
+    return ["", "## Compiler-driven fusion", "",
+            "Each version's fraction of the copy bandwidth (or its time where the op has no byte count), slowest "
+            "first.", "", *cross_table(["kernel", "shape"], columns, cell)]
+
+
+def _training_cell(rows: list[dict]) -> str:
+    if all("fraction_of_sdpa" in r for r in rows):
+        f = [r["fraction_of_sdpa"] for r in rows]
+        return f"{min(f):.2f} to {max(f):.2f} of SDPA's speed over {len(f)} shapes (median {statistics.median(f):.2f})"
+    r = rows[0]
+    text = f"{r['time_over_compile']:.2f}x torch.compile's time in {r['memory_over_compile']:.2f} of its memory"
+    if r.get("cublas_time_over_compile") is not None:
+        text += (f"; with cuBLAS's products {r['cublas_time_over_compile']:.2f}x in "
+                 f"{r['cublas_memory_over_compile']:.2f}")
+    return text
+
+
+def training_section(shown: dict) -> list[str]:
+    by, capstone = shown.get("training", {}), shown.get("capstone", {})
+    lines = []
+    if by:
+        columns = {}
+        for d, (_, run) in by.items():
+            kernels: dict = {}
+            for r in run["rows"]:
+                if not r["kernel"].startswith("decoder"):  # the capstone's rows, shown from its own runs
+                    kernels.setdefault(r["kernel"], []).append(r)
+            columns[d] = [((k,), rows) for k, rows in kernels.items()]
+        lines += ["", "## Training kernels", "", *cross_table(["kernel"], columns, _training_cell)]
+    if capstone:
+        columns = {d: [((r["shape"],), r) for r in run["rows"] if r["kernel"] == "decoder_step"]
+                   for d, (_, run) in capstone.items()}
+        lines += ["", "## The capstone's training step", "",
+                  "A decoder's forward and backward built from the course's kernels: its tokens/s over torch.compile's "
+                  "(and as one CUDA graph), its peak memory beyond the parameters over eager's.", ""]
+        lines += cross_table(["model"], columns, lambda r: (
+            f"{r['tokens_over_compile']:.2f} of torch.compile ({r['graphed_tokens_over_compile']:.2f} graphed), "
+            f"{r['extra_GiB']['course'] / r['extra_GiB']['eager']:.2f} of eager's memory"))
+        for d, (name, run) in capstone.items():
+            gap = next((r["gap"] for r in run["rows"] if r["kernel"] == "decoder_loss_curve"), None)
+            if gap is not None:
+                lines += ["", f"{d}: the course's loss curve ends {gap:+.4f} from eager's (mean of the last 20 steps)."]
+            lines += _figure(d, name)
+    return lines
+
+
+def scale_section(shown: dict) -> list[str]:
+    by = shown.get("scale", {})
+    lines = []
+    for d, (name, r) in by.items():
+        if r.get("ratio") is None:
+            continue
+        one, every = r["rows"][0], r["rows"][-1]
+        lines.append(f"- {d}: {r['students']} students of {r['assignment']} in {one['wall_s']:.0f} s on one GPU, "
+                     f"{every['wall_s']:.0f} s on {every['workers']} (parallel efficiency {r['efficiency']:.2f}); "
+                     f"every student the same grade in both runs: {'yes' if r['grades_identical'] else 'NO'}.")
+    return ["", "## grade-class on several GPUs", "", *lines] if lines else []
+
+
+def hopper_section(shown: dict) -> list[str]:
+    by = shown.get("hopper", {})
+    if not by:
+        return []
+
+    def cell(g):
+        if "worst" in g:
+            return (f"worst {g['worst']:.2f} of the best SDPA (course {g['course_worst']:.2f}), goal "
+                    f"{g['min_fraction_of_best_sdpa']:.2f}: {'met' if g['met'] else 'not met'}")
+        return (f"fastest Triton {g['its_time_over_compile']:.2f}x torch.compile's time in "
+                f"{g['its_memory_over_compile']:.2f} of its memory, goal {g['max_time_over_compile']:.2f}x in "
+                f"{g['max_memory_over_compile']:.2f}: {'met' if g['met'] else 'not met'}")
+
+    columns = {d: [((part,), g) for part, g in run["goals"].items()] for d, (_, run) in by.items()}
+    return ["", "## How far Triton gets on Hopper", "",
+            "The course's attention and cross-entropy and every setting of a wider search (TMA, warp "
+            "specialization), the best of each against the best of PyTorch.", "",
+            *cross_table(["part"], columns, cell)]
 
 
 def render() -> str:
-    lines = ["# Benchmarks", "",
-             "Generated by `python -m bench.report` from the runs committed in `bench/results/` "
-             "(one JSON file a run, with its device, versions and date); do not edit by hand. The figures are "
-             "drawn from the same files by `python -m bench.plots`.", "",
-             f"The repository pins {PINNED} for CPU machines (constraints.txt); these figures were measured on GPUs "
-             "with the versions shown above each table, which may be older. Where one device has several runs of "
-             "the same benchmark, each is shown with its own date."]
     every = runs()
+    shown = newest(every)
     notebooks = [p.stem for p in grading.notebooks(None)]
+    lines = ["# Benchmarks", "",
+             "The newest run of each benchmark on each device, from the JSON files committed in `bench/results/` "
+             "(one a run, with its device, versions and date; every figure a run measured is in its file, older "
+             "runs in git's history). Generated by `python -m bench.report`; do not edit by hand. The figures are "
+             "drawn from the same files by `python -m bench.plots`.", "",
+             f"The repository pins {PINNED} for CPU machines (constraints.txt); the runs used the versions shown "
+             "below, which may be older."]
+    lines += _runs_shown(shown)
     lines += budget.render({device: ([(n, r) for k, n, r in device_runs if k == "grading"],
                                      [(n, r) for k, n, r in device_runs if k == "scale"])
                             for device, device_runs in every.items()}, notebooks)
-    for device, device_runs in sorted(every.items()):
-        lines += ["", f"## {device}"]
-        for k, title, body in KINDS:
-            mine = [(name, result) for kk, name, result in device_runs if kk == k]
-            if not mine:
-                continue
-            lines += ["", f"### {title}"]
-            for name, result in mine:
-                lines += heading(name, result) + [""] + body(result) + figures(name)
-        lines += disagreements(device_runs)
-    text = "\n".join(lines) + "\n"
-    while "\n\n\n" in text:
-        text = text.replace("\n\n\n", "\n\n")
-    return text
+    for section in (headroom_section, suite_section, peers_section, compiler_section, training_section,
+                    scale_section, hopper_section):
+        lines += section(shown)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

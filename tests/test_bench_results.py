@@ -61,11 +61,43 @@ def test_every_committed_run_records_its_device_versions_and_date(path):
     assert "?" not in versions(r)
 
 
-def test_runs_that_disagree_are_shown_side_by_side_not_chosen_between():
-    text = report.render()
-    table = text[text.index("### Where the runs disagree"):]
-    line = next(l for l in table.splitlines() if l.startswith("| fake_quant") and "repaired, compiled" in l)
-    assert "0.84 in `compiler/compiler-nvidia-h200.json`" in line and "0.52 in `nvidia-h200.json`" in line
+PAGE_MAX_LINES = 200
+
+
+def test_the_page_shows_the_newest_run_of_each_benchmark_on_each_device_and_no_other():
+    every, text = report.runs(), report.render()
+    shown = report.newest(every)
+    assert len(text.splitlines()) <= PAGE_MAX_LINES
+    for device, device_runs in every.items():
+        for kind in report.KINDS:
+            mine = [(name, r) for k, name, r in device_runs if k == kind]
+            if not mine:
+                assert device not in shown.get(kind, {})
+                continue
+            name, run = shown[kind][device]
+            assert run["date"] == max(r["date"] for _, r in mine) and f"`{name}`" in text
+            assert all(f"`{other}`" not in text for other, _ in mine if other != name), (kind, device)
+    # Of one day's two suite runs, the one under the device's own name; the other (in runs/) is git's history.
+    assert shown["suite"]["NVIDIA H200"][0] == "nvidia-h200.json"
+    assert "runs/nvidia-h200-2026-11-24-late.json" in {n for _, n, _ in every["NVIDIA H200"]}
+
+
+def test_cold_start_runs_are_shown_beside_the_warm_ones(tmp_path, monkeypatch):
+    """A merged cold-start table (python -m bench.coldstart --merge) lands in bench/results/coldstart/: its
+    exercises get a cold column per device, with the worst cold run's margin over the nearer bar."""
+    cold = bench.RESULTS / "coldstart" / "explore" / "coldstart-nvidia-h100-80gb-hbm3-fake-quant-2026-11-28.json"
+    run = json.loads(cold.read_text())
+    warm = json.loads((bench.RESULTS / "headroom" / "headroom-nvidia-h100-80gb-hbm3.json").read_text())
+    device = run["device"]["name"]
+    lines = report.headroom_section({"headroom": {device: ("h.json", warm)}, "coldstart": {device: ("c.json", run)}})
+    header = next(line for line in lines if line.startswith("| exercise"))
+    assert header == f"| exercise | {device} warm | {device} cold |"
+    row = next(line for line in lines if line.startswith("| 06.fake_quant"))
+    bars = run["rows"][0]["summary"]["bars"]
+    worst = min(b["margin"] for b in bars.values())
+    assert row.endswith(f"| 8/8, {worst:.2f}x NOT OK |")  # the fraction's spread leaves it under the margin
+    assert report.kind(bench.RESULTS / "coldstart" / "coldstart-nvidia-h200.json") == "coldstart"
+    assert report.kind(cold) is None and report.kind(bench.RESULTS / "coldstart" / "coldstart-x-partial.json") is None
 
 
 def test_the_figures_are_drawn_from_the_committed_data(tmp_path):
