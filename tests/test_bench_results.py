@@ -206,3 +206,17 @@ def test_headroom_finds_a_solution_and_a_naive_version_for_every_exercise_graded
     assert {r[0] for r in rows if r[1] == "solution"} == graded
     assert {r[0] for r in rows if r[1] == "naive"} == graded
     assert all(callable(r[3]) for r in rows)
+
+
+def test_the_benchmarks_and_their_results_stay_out_of_the_course_wheel(root):
+    """bench/ is run from a checkout: the wheel's packages (pyproject's find rule) are the grader and the kernels,
+    and no package data reaches into the results."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(str(root), include=tool["packages"]["find"]["include"])
+    assert "autograder" in packages and "kernels" in packages
+    assert not [p for p in packages if "bench" in p.split(".")]
+    assert not [k for k in tool.get("package-data", {}) if "bench" in k.split(".")]
