@@ -206,7 +206,7 @@ GEMM_GELU_RESIDUAL = KernelExercise(
     kernel="gemm_epilogue",  # its reference solution: kernels/gemm_epilogue.py
     # At K = 256 (a d_model = 256 model's MLP over 32768 tokens), where the passes fusing saves weigh as much as
     # the products: a fraction of this GPU's bf16 matmul rate, and faster than cuBLAS + the eager epilogue by more
-    # than eager's own noise (eager against itself: 0.96-1.04x). Measured (kernels/bench/results/headroom/, 5 runs,
+    # than eager's own noise (eager against itself: 0.96-1.04x). Measured (bench/results/headroom/, 5 runs,
     # 2026-11-24, the reference's bf16 GELU with tanh.approx): the pointer epilogue 0.28 of the rate and 1.85x eager
     # on an H100, 0.27 and 1.55x on an H200; TMA 0.25-0.28 and 1.39-1.92x; eager 0.15-0.18 and 0.98-1.00x. With
     # GELU's exact form the pointer kernel reaches 1.33x on an H200, which a student's kernel passes too.

@@ -41,7 +41,7 @@ FLASH_ATTENTION_WS = dataclasses.replace(
     extra_shapes=(Shape((1, 1, 33, 16), "causal"), Shape((2, 2, 129, 64), "causal"), Shape((1, 1, 257, 128))),
     # The warp-specialized kernel (kernels/flash_attention_ws.py at its one right setting, 64 x 128 tiles) timed
     # 0.45 of the best SDPA backend at this shape (bf16, not causal; the best was SDPA's default choice, the
-    # criterion's baseline) on an H200 with Triton 3.6: kernels/bench/results/hopper/, the sweep's first timing.
+    # criterion's baseline) on an H200 with Triton 3.6: bench/results/hopper/, the sweep's first timing.
     # That timing is not in turns with SDPA; the rows timed in turns there ran 3 to 5% slower than the sweep's,
     # so about 0.43 in turns. A bar of 0.3 of SDPA's speed (05.flash_attention's own) leaves 1.4x headroom. At
     # head dim 64 it reached 0.41, causal 0.33 to 0.39: the benchmark shape is where it has the most room.

@@ -267,7 +267,7 @@ QKV_PROJECTION = KernelExercise(
     # Timed at decode (16 rows, an 8B-class model's QKV: d_model 4096, 8 KV heads of 128): the weights' bytes set
     # the time, so it is graded as bandwidth. Three GEMMs are three short launches, two of them too narrow to
     # fill the GPU; one launch over the concatenated weight reads the same bytes at 1.5x the speed (H100 and
-    # H200). At a 70B-class shape the same saving is 1.15x, too small a margin to grade (kernels/bench/suite.py shows
+    # H200). At a 70B-class shape the same saving is 1.15x, too small a margin to grade (bench/suite.py shows
     # it); at prefill the GEMM is compute-bound and fusing saves little (notebook 03, section 3). About 25 us a
     # call: timed in CUDA graphs, where plain calls measured the launch path's noise (20% from run to run).
     perf_shape=Shape((16, 4096, 1024, 4096)),
