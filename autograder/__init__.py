@@ -49,4 +49,5 @@ def _verdicts_as_messages(shell) -> None:
 if _jupyter_shell() is not None:
     _verdicts_as_messages(_jupyter_shell())
     demonstrations.install(_jupyter_shell())  # before the record: a cell that removes it is named
-    integrity.protect(_jupyter_shell())
+    _registry.all_exercises()  # load the specs now, so that they are recorded
+    integrity.protect(_jupyter_shell(), names={"check": check, "autograder": sys.modules[__name__]})

@@ -54,6 +54,7 @@ def main(argv: list[str]) -> int:
     from autograder import specs as registry
     from autograder.guard import integrity
 
+    registry.all_exercises()  # load the specs now, so that they are recorded
     integrity.protect()  # record the grader before any of the notebook's code runs
     real_check = autograder.check  # graded below through this reference, whatever the cells rebind
 

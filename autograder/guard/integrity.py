@@ -4,15 +4,16 @@ A notebook's graded cells call ``check()`` in the same Python process that ran t
 student's cell could replace what the grader relies on: ``check`` itself, a criterion, an exercise's
 tolerances, ``torch.allclose``, ``triton.testing.do_bench``, the grading configuration. ``protect()`` records
 all of that before any student code runs (``import autograder`` in a Jupyter kernel, the first cell of every
-course notebook; the checker's runner before the first cell); from then on
+course notebook; the checker's runner before the first cell), each caller having loaded the exercises' specs
+first; from then on
 
 - ``check()`` calls ``verify()`` before and after grading, which raises ``TamperingError`` naming everything
   that differs from the record (an AssertionError, so a graded cell scores 0 whatever the Report's methods
   have become);
 - in a Jupyter kernel a hook runs before every cell: it puts the recorded objects back (so the next graded
   cell runs the real grader) and remembers what it had to restore, which the next ``check()`` names. A cell
-  that rebinds the notebook's own name ``check`` (or ``autograder``) gets the grader's back with a note on
-  stdout: that is a name clash, not tampering.
+  that rebinds one of the notebook's own names for the grader (``check``, ``autograder``: the package hands
+  them to ``protect()``) gets the grader's back with a note on stdout: that is a name clash, not tampering.
 
 What this cannot stop (the code runs with the grader's rights): code that edits the grader's state and
 puts it back within one call, or that reaches the recorded originals through the garbage collector. The
@@ -36,7 +37,6 @@ import time
 import types
 
 from autograder import config
-from autograder import specs as registry
 from autograder.measure import device
 
 _UNSET = object()
@@ -141,6 +141,7 @@ class Record:
         self.config = _config_state()
         self.ipython = None
         self.ipython_state: dict = {}
+        self.names: dict[str, object] = {}  # the notebook's names for the grader, and what they must name
         self.restored: list[str] = []  # what the before-cell hook had to put back
         self.early_code = False  # a notebook cell ran before the grader was imported
         for label, owner in _library_namespaces():
@@ -207,8 +208,9 @@ class Record:
         copies = {k: _copy(v) for k, v in fields.items() if _copy(v) is not None}
         self.objects.append((label, obj, fields, copies))
 
-    def watch_ipython(self, shell):
+    def watch_ipython(self, shell, names: dict[str, object]):
         self.ipython = shell
+        self.names = dict(names)
         self.hook = functools.partial(_before_cell, self)
         self.ipython_state = {
             "input_transformers_cleanup": list(shell.input_transformers_cleanup),
@@ -334,17 +336,19 @@ def active() -> bool:
     return _record is not None
 
 
-def protect(shell=None) -> None:
-    """Record what the grader relies on (once per process); in a Jupyter kernel, also check before each cell."""
+def protect(shell=None, names: dict[str, object] | None = None) -> None:
+    """Record what the grader relies on (once per process): every module of the grader and of kernels/ loaded by
+    now, so the caller loads the exercises' specs first. In a Jupyter kernel (shell), also check before each
+    cell, and put back any of `names` (the notebook's names for the grader: {"check": the package's check, ...})
+    that a cell bound to something else."""
     global _record
     if _record is not None:
         return
 
-    registry.all_exercises()  # load the specs now, so that they are recorded
     device.profile(progress=False)  # on a GPU: the measured peaks every performance grade divides by
     _record = Record()
     if shell is not None:
-        _record.watch_ipython(shell)
+        _record.watch_ipython(shell, names or {})
         # Under nbgrader the set-up cell is the first cell run: the input history holds a blank entry and it.
         history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", [])
         ran_before = len(history) > 2
@@ -393,9 +397,7 @@ def _before_cell(record: Record, *_args) -> None:
         print(f"fusion-course: the notebook changed how Jupyter runs cells ({'; '.join(machinery)}); this cell may "
               "not run as written and earns no points", file=sys.stderr)
     user_ns = record.ipython.user_ns
-    import autograder
-
-    for name, real in (("check", autograder.check), ("autograder", autograder)):
+    for name, real in record.names.items():
         value = user_ns.get(name, _UNSET)
         if value is real:
             _names_seen.add(name)

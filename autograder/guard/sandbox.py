@@ -36,6 +36,8 @@ SETTING_ENV = "FUSION_COURSE_SANDBOX"
 BWRAP_ENV = "FUSION_COURSE_BWRAP"
 SETTINGS = ("auto", "required", "off")
 PROBE_TIMEOUT_S = 60
+# The course's source tree (this file is autograder/guard/sandbox.py in it): the grader and the kernels.
+COURSE_ROOT = Path(__file__).parents[2]
 
 
 class SandboxUnavailable(ValueError):
@@ -82,9 +84,7 @@ def _needed() -> list[Path]:
     """What the grading process reads outside its workspace: the interpreter's prefixes, its import path, the
     course's source tree (the grader and the kernels, installed editable), the device profiles, and Jupyter's
     folders (the course's kernel specification may be registered under /tmp, through JUPYTER_PATH)."""
-    import autograder
-
-    found = [Path(sys.prefix), Path(sys.base_prefix), Path(autograder.__file__).parent.parent, cache_dir()]
+    found = [Path(sys.prefix), Path(sys.base_prefix), COURSE_ROOT, cache_dir()]
     found += [Path(p) for p in sys.path if p and os.path.isdir(p)]
     try:
         from jupyter_core import paths

@@ -20,8 +20,7 @@ import threading
 
 import torch
 
-import autograder  # noqa: F401  picks the device (the interpreter's or the GPU's) as the student's process does
-from autograder import config
+from autograder import config  # the package's __init__ first picks the device, as in the student's process
 from autograder import specs as registry
 from autograder.criteria import correctness, precision
 from autograder.criteria.outputs import Answer
