@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from autograder.guard import memcheck
+from autograder import memcheck
 
 _announced = False
 

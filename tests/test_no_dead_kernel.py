@@ -102,7 +102,7 @@ def test_out_of_bounds_is_named_and_the_process_lives(bug, tmp_path):
 UNHOOK = '''
 from triton.runtime import interpreter
 
-from autograder.guard import memcheck
+from autograder import memcheck
 
 # As on a Triton whose interpreter lacks the seams: the original load, store and launch, no check in place.
 for name in ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas"):

@@ -12,7 +12,7 @@ import torch
 
 from autograder import runtime
 from autograder.criteria.cases import dtype_name, left_running, student_error, sync
-from autograder.guard import memcheck
+from autograder import memcheck
 from autograder.guard.watch import Guarded, TritonLaunches, Watch, poison_value, storage_of
 from autograder.specs.exercise import KernelExercise
 
@@ -85,7 +85,7 @@ def guarded_call(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = No
 
 
 def out_of_bounds_first(ex: KernelExercise, fn, inputs: dict) -> str | None:
-    """Where the interpreter's loads and stores are not bounds-checked (guard.memcheck could not install), a call
+    """Where the interpreter's loads and stores are not bounds-checked (memcheck could not install), a call
     on plain tensors that writes out of bounds corrupts this process: before such calls, one call on guard-padded
     copies, whose out-of-bounds writes are returned (None when there are none, or when the check is in place)."""
     if not runtime.interpreted() or memcheck.installed():

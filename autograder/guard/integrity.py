@@ -107,7 +107,7 @@ _SETTLES = {("autograder.measure.device", "_profile"), ("autograder.specs", "_re
 _VOLATILE = {("autograder.runtime", "_announced"), ("autograder.guard.integrity", "_names_seen"),
              ("kernels.multi_tensor_adamw", "_TABLE_CACHE"),  # address tables, filled as tensor lists come
              ("kernels.tma", "_UNCOMPILABLE"),  # kernel settings this Triton refused, filled on first launches
-             ("autograder.guard.memcheck", "_extents"),  # the guard-padded tensors alive now, added and freed
+             ("autograder.memcheck", "_extents"),  # the guard-padded tensors alive now, added and freed
              # the tokenised text, kept after its first use; the training criterion draws yours and eager's
              # batches from it alike, so what it holds cannot favour a submission
              ("autograder.specs.text_corpus", "_CACHE"),
