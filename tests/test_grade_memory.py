@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from autograder import config
 from autograder.criteria import kernel as grade_kernel
-from autograder.guard.watch import AllocationMeter
+from autograder.measure.meters import AllocationMeter
 from autograder.specs.exercise import KernelExercise, Shape
 from kernels import linear_cross_entropy as lce
 from kernels import matmul as mm

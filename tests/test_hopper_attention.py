@@ -13,7 +13,7 @@ import pytest
 from autograder import check, config, runtime
 from autograder import specs as registry
 from autograder.criteria import codegen
-from autograder.guard.watch import CompiledFigures
+from autograder.measure.meters import CompiledFigures
 from autograder.measure import capability
 from autograder.measure.capability import Capability
 from autograder.publish import cards

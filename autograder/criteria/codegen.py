@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.guard.watch import CompiledFigures, TritonLaunches
+from autograder.measure.meters import CompiledFigures, TritonLaunches
 
 
 def compiled_kernels(fn, args) -> list[CompiledFigures]:

@@ -17,7 +17,8 @@ from autograder.config import GradingConfig
 from autograder.criteria.cases import case_seed, count_gpu_kernels, dtype_name, student_error
 from autograder.criteria.outputs import compare
 from autograder.criteria.performance import performance as kernel_performance
-from autograder.guard.watch import TritonLaunches, to_device_keeping_layout
+from autograder.guard.watch import to_device_keeping_layout
+from autograder.measure.meters import TritonLaunches
 from autograder.measure.inductor import (
     quiet as compiler_quiet,  # Dynamo's and Inductor's logs and warnings kept off stderr
 )

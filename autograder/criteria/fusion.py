@@ -29,7 +29,8 @@ from autograder.criteria.cases import (
     sync,
 )
 from autograder.criteria.outputs import as_outputs, out_of_bounds_first
-from autograder.guard.watch import TritonLaunches, Watch
+from autograder.guard.watch import Watch
+from autograder.measure.meters import TritonLaunches
 from autograder.measure import capability
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise, Shape

@@ -16,7 +16,7 @@ from autograder.criteria.outputs import (
     relative_error,
 )
 from autograder.guard.largest import largest_allocation
-from autograder.guard.watch import TritonLaunches
+from autograder.measure.meters import TritonLaunches
 from autograder.measure import capability
 from autograder.measure.timing import extra_bytes
 from autograder.report import FAILED, PASSED, CriterionResult

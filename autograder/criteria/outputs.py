@@ -13,7 +13,8 @@ import torch
 from autograder import runtime
 from autograder.criteria.cases import dtype_name, left_running, student_error, sync
 from autograder import memcheck
-from autograder.guard.watch import Guarded, TritonLaunches, Watch, poison_value, storage_of
+from autograder.guard.watch import Guarded, Watch, poison_value
+from autograder.measure.meters import TritonLaunches, storage_of
 from autograder.specs.exercise import KernelExercise
 
 

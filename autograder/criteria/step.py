@@ -20,7 +20,8 @@ from autograder.criteria.cases import MAX_LISTED, case_seed, count_gpu_kernels, 
 from autograder.criteria.fusion import INTERPRETED, ON_GPU
 from autograder.criteria.performance import SubmissionWork, copy_peak, measure, not_measured, shared_gpu
 from autograder.criteria.performance import submission_failure
-from autograder.guard.watch import Guarded, TritonLaunches, Watch
+from autograder.guard.watch import Guarded, Watch
+from autograder.measure.meters import TritonLaunches
 from autograder.measure import device as device_mod
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
 from autograder.report import FAILED, PASSED, CriterionResult

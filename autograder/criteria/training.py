@@ -29,7 +29,7 @@ from autograder.criteria.performance import (
     submission_failure,
 )
 from autograder.guard import integrity
-from autograder.guard.watch import TritonLaunches
+from autograder.measure.meters import TritonLaunches
 from autograder.measure import device as device_mod
 from autograder.measure.timing import SampledCalls, extra_bytes, grader_ms
 from autograder.report import FAILED, PASSED, CriterionResult

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autograder.guard.watch import storage_of
+from autograder.measure.meters import storage_of
 
 
 class LargestAllocation(TorchDispatchMode):

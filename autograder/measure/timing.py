@@ -7,7 +7,7 @@ import contextlib
 import time
 
 from autograder import runtime
-from autograder.guard.watch import AllocationMeter, TritonLaunches
+from autograder.measure.meters import AllocationMeter, TritonLaunches
 
 
 def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
@@ -180,7 +180,7 @@ def extra_bytes(fn, launches=None):
     On a GPU the caching allocator's peak (exact). In Triton's interpreter every storage torch creates during
     the call, added up: an upper bound of the peak, since a tensor freed early still counts; storages created
     inside a kernel launch (the interpreter's copies of the arguments) do not, which is what `launches` (a
-    sandbox.TritonLaunches, made here when not given) tells apart."""
+    meters.TritonLaunches, made here when not given) tells apart."""
     import numpy as np
 
     launches = launches if launches is not None else TritonLaunches()
