@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from autograder import check
-from autograder.publish import build
 from autograder.guard import fingerprint
 from autograder.guard import scan
+from autograder.publish import build, reference_table
 from autograder.publish.handout import answer_modules
 
 KERNEL = build.definition_source(build.ROOT / "kernels" / "fused_chain.py", "_fused_chain_kernel")
@@ -29,7 +29,7 @@ def _disguised(source: str) -> str:
 
 def test_the_table_is_made_from_the_answer_modules(root):
     rows = json.loads(fingerprint.TABLE.read_text())
-    assert rows == fingerprint.table_from(root), "reference_kernels.json is stale: run `make course`"
+    assert rows == reference_table.table_from(root), "reference_kernels.json is stale: run `make course`"
     reference = {r["file"] for r in rows if r["exercises"]}
     # Every answer that defines a kernel launches it (notebook 06's answers wrap or tune kernels defined elsewhere,
     # or are plain PyTorch for torch.compile: nothing of their own to recognise).

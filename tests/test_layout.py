@@ -54,8 +54,6 @@ LAYERS = (
 )
 # Imports that still run back up while a move lands in steps: (importer, imported) -> "moving: what moves".
 UPWARD_FOR_NOW: dict[tuple[str, str], str] = {
-    ("autograder.guard.fingerprint", "autograder.specs"): "moving: the table into publish/",
-    ("autograder.guard.fingerprint", "autograder.publish.handout"): "moving: the table into publish/",
     ("autograder.criteria.correctness", "autograder.judge.session"): "moving: session and wire below criteria",
     ("autograder.criteria.precision", "autograder.judge.session"): "moving: session and wire below criteria",
 }

@@ -2,7 +2,7 @@
 
 A student's environment holds no reference solution, but a solution notebook can still be read and its kernel
 pasted into a submission. The grader keeps a fingerprint of every reference Triton kernel (reference_kernels.json,
-rewritten from kernels/ by `make course`): a hash of the kernel's syntax tree with its
+rewritten from kernels/ by `make course`: publish/reference_table.py): a hash of the kernel's syntax tree with its
 names, comments, docstring and layout taken out, so renaming the kernel, its arguments and its variables, or
 re-indenting it, leaves the fingerprint as it was. A match is named in the report and flagged for the
 instructor; it does not change a score (the solution notebooks themselves are graded with full marks). The
@@ -19,9 +19,6 @@ import inspect
 import json
 import textwrap
 from pathlib import Path
-
-from autograder import specs as registry
-from autograder.publish.handout import TEACHING_KERNELS, answer_modules
 
 TABLE = Path(__file__).resolve().parents[1] / "reference_kernels.json"
 # Names that mean the same in every kernel: the modules and builtins a kernel calls. Everything else is renamed.
@@ -148,42 +145,3 @@ def notes_for_kernels(kernels) -> list[str]:
         if note and note not in notes:
             notes.append(f"{note}: submit a kernel of your own")
     return notes
-
-
-# Answer modules whose op is graded only as part of a larger exercise (no spec names them as its kernel), or that
-# answer an exercise another way (Hopper-only variants, timed by python -m bench.hopper).
-PARTS_OF_ANSWERS = {"silu_mul": "07.decoder", "flash_attention_ws": "05.flash_attention",
-                    "flash_attention_backward_atomic": "07.flash_attention_backward",
-                    "linear_cross_entropy_tma": "07.linear_cross_entropy_backward"}
-
-
-def table_from(root: Path) -> list[dict]:
-    """The rows of reference_kernels.json: every kernel a module of kernels/ launches (kernel[grid](...)), the
-    reference solutions' and the teaching modules' (students have those: calling one instead of writing a
-    kernel is named too). Small @triton.jit helpers are left out: a student's own can be the same few lines."""
-    import re
-
-
-    def exercises_of(module: str) -> str:  # the exercises graded against this op's torch side
-        if module in PARTS_OF_ANSWERS:
-            return PARTS_OF_ANSWERS[module]
-        return ", ".join(ex.id for ex in registry.all_exercises() if ex.kernel == module)
-
-    teaching = [root / "kernels" / f"{m}.py" for m in TEACHING_KERNELS if m != "__init__"]
-    rows = []
-    for path in answer_modules(root) + teaching:
-        text = path.read_text()
-        answers = exercises_of(path.stem) if path.stem not in TEACHING_KERNELS else ""
-        for name, _line, source in jit_functions(text):
-            if re.search(rf"\b{re.escape(name)}\[", text):
-                rows.append({"fingerprint": fingerprint(source), "file": f"kernels/{path.name}", "kernel": name,
-                             "exercises": answers})
-    return rows
-
-
-def write_table(root: Path) -> int:
-    """Rewrite reference_kernels.json from kernels/ under root; the number of kernels."""
-    rows = table_from(root)
-    TABLE.write_text(json.dumps(rows, indent=1, ensure_ascii=False) + "\n")
-    references.cache_clear()
-    return len(rows)

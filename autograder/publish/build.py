@@ -35,8 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autograder.guard import fingerprint
-from autograder.publish import cards, runall
+from autograder.publish import cards, reference_table, runall
 from autograder.teach import diagrams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,7 +204,8 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"no notebook named {', '.join(unknown)}; the notebooks are {', '.join(known)}")
 
-    print(f"fingerprints: {fingerprint.write_table(ROOT)} course kernels -> {fingerprint.TABLE.relative_to(ROOT)}")
+    print(f"fingerprints: {reference_table.write_table(ROOT)} course kernels -> "
+          f"{reference_table.TABLE.relative_to(ROOT)}")
     for src in [known[n] for n in args.names] or known.values():
         print(f"solutions: {src.relative_to(ROOT)} -> {write_solution(src).relative_to(ROOT)}")
         if not args.only_solutions:
