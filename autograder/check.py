@@ -22,8 +22,8 @@ from autograder.criteria import training as grade_training
 from autograder.criteria import warmup
 from autograder.guard import deadline, fingerprint, integrity
 from autograder.guard.watch import quiet
+from autograder.link import session
 from autograder.measure.meters import TritonLaunches
-from autograder.judge import session
 from autograder.measure import capability
 from autograder.report import FAILED, SKIPPED, CriterionResult, Report
 from autograder.specs.exercise import (

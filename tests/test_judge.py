@@ -18,9 +18,10 @@ import torch
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import config, specs
 from autograder.checker import launch as checker
-from autograder.judge import bars, wire
+from autograder.judge import bars
 from autograder.judge.launch import JudgeProcess, judge_said, overrule
-from autograder.judge.session import ENV_VAR as JUDGE_ENV
+from autograder.link import wire
+from autograder.link.session import ENV_VAR as JUDGE_ENV
 from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult, Report
 
 SEED = 1357924680
@@ -121,7 +122,7 @@ TAMPER = PATCHED + """
 import json
 
 from autograder import check
-from autograder.judge import session
+from autograder.link import session
 from autograder.report import CriterionResult
 
 report = check("02.rmsnorm", rmsnorm, criteria=["correctness", "precision"])

@@ -17,7 +17,7 @@ import autograder  # noqa: F401  first: picks the interpreter before any kernel 
 from autograder import config, runtime, specs
 from autograder.criteria.cases import precision_shapes, secret_shapes
 from autograder.judge.launch import JudgeProcess, judge_said
-from autograder.judge.session import ENV_VAR as JUDGE_ENV
+from autograder.link.session import ENV_VAR as JUDGE_ENV
 from autograder.report import FAILED
 from autograder.specs.exercise import KernelExercise
 

@@ -174,7 +174,7 @@ def test_the_judge_is_reached_and_the_course_settings_are_not(bwrap, tmp_path):
         secret.write_text("secret_seed = 97531\n")
         code = f"""
 import json
-from autograder.judge import session
+from autograder.link import session
 
 
 def read(path):

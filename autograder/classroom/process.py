@@ -18,7 +18,7 @@ from autograder.classroom.course import CRASHED, GRADED, NOT_RUN, TIMED_OUT
 from autograder.config import ENV_VAR
 from autograder.guard import procs, sandbox
 from autograder.judge.launch import VERDICTS_NAME, JudgeProcess
-from autograder.judge.session import JudgeError
+from autograder.link.session import JudgeError
 from autograder.publish.build import tool_env
 
 JUDGE_SOCKET = ".judge.sock"  # in the workspace: the one folder the sandbox shares with the class run

@@ -30,7 +30,7 @@ from autograder.criteria.outputs import (
     shares_storage,
 )
 from autograder.guard.watch import Guarded
-from autograder.judge.session import cases, open_session
+from autograder.link.session import cases, open_session
 from autograder.progress import steps
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise

@@ -17,7 +17,7 @@ from autograder.criteria.outputs import (
     form_problem,
     relative_error,
 )
-from autograder.judge.session import cases, open_session
+from autograder.link.session import cases, open_session
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
 

@@ -113,7 +113,7 @@ _VOLATILE = {("autograder.runtime", "_announced"), ("autograder.guard.integrity"
              ("autograder.specs.text_corpus", "_CACHE"),
              # the connection to the judge: opened at the first judged criterion, opened again after a time limit
              # cut a request short; what it is told counts only in the judge's own record
-             ("autograder.judge.session", "_connection")}
+             ("autograder.link.session", "_connection")}
 
 
 def _copy(value):

@@ -14,8 +14,8 @@ from typing import Self
 from autograder import specs as registry
 from autograder.config import DEFAULT_PATH
 from autograder.config import ENV_VAR as GRADING_ENV
-from autograder.judge.session import ENV_VAR as JUDGE_ENV
-from autograder.judge.session import JudgeError
+from autograder.link.session import ENV_VAR as JUDGE_ENV
+from autograder.link.session import JudgeError
 from autograder.report import FAILED
 from autograder.specs.exercise import KernelExercise
 

@@ -6,7 +6,7 @@ beside that file), listens on the Unix socket SOCKET (its owner's only), says "l
 serves every connection in a thread of its own: it draws each case's inputs, sends them by value, takes back the
 outputs, judges them against the float64 reference within the tolerances, applies the bars to reported timings,
 and records every verdict. It imports the grader, torch and the exercises' specs, and never anything the student
-wrote: nothing it receives is code or pickle (autograder.judge.wire). When its standard input closes it writes its
+wrote: nothing it receives is code or pickle (autograder.link.wire). When its standard input closes it writes its
 record, one line of JSON ({"verdicts": [...]}), to standard output, and exits.
 """
 
@@ -24,8 +24,9 @@ from autograder import config  # the package's __init__ first picks the device, 
 from autograder import specs as registry
 from autograder.criteria import correctness, precision
 from autograder.criteria.outputs import Answer
-from autograder.judge import bars, wire
-from autograder.judge.session import fresh_seed, plain, socket_address
+from autograder.judge import bars
+from autograder.link import wire
+from autograder.link.session import fresh_seed, plain, socket_address
 from autograder.report import FAILED, CriterionResult
 from autograder.specs.exercise import KernelExercise
 

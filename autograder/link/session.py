@@ -18,13 +18,16 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from autograder import runtime
-from autograder.criteria.outputs import Answer
-from autograder.judge import wire
+from autograder.link import wire
 from autograder.report import CriterionResult
+
+if TYPE_CHECKING:  # what a criterion hands over: made by the criteria, a layer above
+    from autograder.criteria.outputs import Answer
 
 ENV_VAR = "FUSION_COURSE_JUDGE"  # the judge's socket, set by grade-class and the checker for the graded process
 
