@@ -182,7 +182,7 @@ def _dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, H, N, N_
 
 def attention_backward_settings(head_dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
     """(dK/dV launch, dQ launch): tiles by head size, from timing each kernel alone over tile settings at
-    (4, 16, 4096, D) bf16 on an H100, causal and not (python -m kernels.bench.training --sweep). Float32 tiles
+    (4, 16, 4096, D) bf16 on an H100, causal and not (python -m bench.training --sweep). Float32 tiles
     take twice the room."""
     if dtype == torch.float32:
         small = dict(BLOCK_M=32, BLOCK_N=32, num_warps=4, num_stages=2)

@@ -780,7 +780,7 @@ else:
 # 128): 386 TFLOP/s not causal and 321 causal; SDPA's backward (cuDNN's on Hopper) 523 and 439; its
 # FlashAttention-2 backend 273 and 238. So 1.35 to 1.4 times FlashAttention-2's backward and 0.73 to 0.74 of
 # cuDNN's; at `N = 16384` 0.69 to 0.71, at `D = 64` 0.77 (not causal) and 0.84 (causal). The tile settings of
-# both kernels came from timing each alone (`python -m kernels.bench.training --sweep`): the `dQ` kernel gained
+# both kernels came from timing each alone (`python -m bench.training --sweep`): the `dQ` kernel gained
 # 15% from a third pipeline stage.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "q-two-kernels-md", "locked": true, "schema_version": 3, "solution": false}
@@ -1408,7 +1408,7 @@ del params, leaves, steps
 # transpose, `.contiguous()` or stack between the GEMMs is one more pass over the activations.
 #
 # **Reference run.** H100, torch 2.11, Triton 3.6, 8 × 1024 tokens, bf16 (the committed benchmark is in
-# `kernels/bench/results/training/`):
+# `bench/results/training/`):
 #
 # | | eager | `torch.compile` | the reference solution |
 # |---|---|---|---|
