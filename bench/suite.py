@@ -2,7 +2,7 @@
 
     python -m bench            # measure, print the table, save bench/results/<gpu>.{json,png}
     python -m bench --sweep    # also time block-size variants of the reference kernels
-    python -m bench.report     # then: docs/benchmarks.md from every committed run (no GPU needed)
+    python -m bench.report     # then: docs/benchmarks.md from the newest committed runs (no GPU needed)
 
 Peaks are measured in the same run (autograder.measure.device.measure). Effective bandwidth is always the op's
 minimal bytes over the median time, so an unfused version shows as a smaller fraction of the copy peak.
