@@ -336,7 +336,7 @@ def test_torch_adamw_meets_the_step_bounds(impl):
                 mismatches += [m for n, ref in zip(ex.state, refs) for i, (t, r) in enumerate(zip(lists[n], ref))
                                if (m := grade_step._mismatch(n, i, t, r, ex))]
     assert not mismatches, mismatches[:3]
-    precision = grade_step.precision(ex, fn, config.load())
+    precision = grade_step.step_precision(ex, fn, config.load())
     assert precision.status == "passed", precision.message
 
 

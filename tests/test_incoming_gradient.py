@@ -39,11 +39,11 @@ def test_the_incoming_gradient_is_drawn_from_the_seed_and_is_never_one():
 
 def test_the_decoder_that_scales_passes_and_the_one_that_forgets_fails(monkeypatch):
     ex, cfg = _small_decoder(), config.load(config.DEFAULT_PATH)
-    passed = grade_training.correctness(ex, decoder_kernels.decoder_loss, cfg)
+    passed = grade_training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
     assert passed.status == "passed", passed.message
     assert "other than 1" in passed.message
     monkeypatch.setattr(decoder_kernels, "LinearCrossEntropyFunction", _UnscaledLoss)
-    failed = grade_training.correctness(ex, decoder_kernels.decoder_loss, cfg)
+    failed = grade_training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
     assert failed.status == "failed"
     assert "must multiply what it returns by the gradient it receives" in failed.message, failed.message
     assert "the gradients of embed" in failed.message, failed.message

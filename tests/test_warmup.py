@@ -203,7 +203,7 @@ def test_after_the_warm_up_the_decoders_graded_steps_compile_nothing():
     warmup.compile_ahead(ex, decoder_loss, ["correctness"])
     triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiled.append(a) or False
     try:
-        result = training.correctness(ex, decoder_loss, load())
+        result = training.training_correctness(ex, decoder_loss, load())
     finally:
         triton.knobs.runtime.jit_post_compile_hook = hook
     assert result.status == "passed", result.message

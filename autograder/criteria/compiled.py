@@ -103,7 +103,7 @@ def _case(ex: CompiledExercise, fn, shape, dtype, seed: int) -> list[str]:
     return problems
 
 
-def correctness(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def compiled_correctness(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
     dtypes = [d for d in ex.dtypes if runtime.has_gpu() or d != torch.bfloat16]
     cases = [(s, d) for d in dtypes for s in (ex.shapes if d == torch.float32 else ex.shapes[-1:])]
     failures = []
@@ -235,7 +235,7 @@ def _short(name: str) -> str:
 COMPILE_ATTEMPTS = 3
 
 
-def performance(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def compiled_performance(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult:
     """The compiled function timed as a kernel exercise would be (ex.timed: its shape, bytes and thresholds).
 
     Inductor benchmarks several configurations of each reduction kernel at its first call and keeps the fastest;
@@ -266,4 +266,5 @@ def performance(ex: CompiledExercise, fn, cfg: GradingConfig) -> CriterionResult
     return best
 
 
-GRADERS = {"correctness": correctness, "graph": graph, "kernels": kernels, "performance": performance}
+GRADERS = {"correctness": compiled_correctness, "graph": graph, "kernels": kernels,
+           "performance": compiled_performance}

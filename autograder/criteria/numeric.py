@@ -25,7 +25,7 @@ def _as_numbers(value) -> tuple[float, ...] | None:
         return None
 
 
-def correctness(ex: NumericExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def numeric_correctness(ex: NumericExercise, fn, cfg: GradingConfig) -> CriterionResult:
     rngs = [("trial", random.Random()) for _ in range(cfg.trials)] + [("secret case", random.Random(cfg.secret_seed))]
     failures, n = [], 0
     for label, rng in rngs:
@@ -57,4 +57,4 @@ def _fmt(nums) -> str:
     return "(" + ", ".join(f"{x:.6g}" for x in nums) + ")"
 
 
-GRADERS = {"correctness": correctness}
+GRADERS = {"correctness": numeric_correctness}

@@ -138,7 +138,7 @@ def _guard(lists: dict) -> dict:
     return {n: [Guarded.copy_of(t, f"{n}[{i}]") for i, t in enumerate(ts)] for n, ts in lists.items()}
 
 
-def correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def step_correctness(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     trials = [(f"trial {i + 1}", int.from_bytes(os.urandom(6), "little")) for i in range(cfg.trials)]
     trials.append(("secret case", cfg.secret_seed))
     failures, n_cases = [], 0
@@ -208,7 +208,7 @@ def _trajectory(ex: StepExercise, fn, lists: dict, hyper: dict, grads_for, n_ste
     return state
 
 
-def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def step_precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     figures, failures = {}, []
     for dtype in ex.dtypes:
         name = dtype_name(dtype)
@@ -252,7 +252,7 @@ def precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                            f"{worst:.2f} of its bound)", figures)
 
 
-def performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def step_performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
     prof = device_mod.profile()
@@ -348,7 +348,7 @@ def _on(found: list, counts: dict) -> str:
     return " (on " + "; ".join(f"{label}, {dtype_name(dtype)}" for label, dtype in found) + ")"
 
 
-def fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def step_fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
     counts, figures = {}, {}
     for label, key, sizes, dtype, seed, device in _fusion_lists(ex, cfg):
         try:
@@ -393,4 +393,5 @@ def fusion(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                            f"at most {ex.max_launches} allowed, no torch compute [{how}]", figures)
 
 
-GRADERS = {"correctness": correctness, "precision": precision, "performance": performance, "fusion": fusion}
+GRADERS = {"correctness": step_correctness, "precision": step_precision, "performance": step_performance,
+           "fusion": step_fusion}

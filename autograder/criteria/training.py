@@ -138,7 +138,7 @@ def _grade_case(ex: TrainingExercise, fn, case: TrainingCase, dtype, seed: int) 
     return problems, worst
 
 
-def correctness(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def training_correctness(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     cases = ex.cases_gpu if runtime.has_gpu() else ex.cases_cpu
     problems, worst = [], 0.0
     for i, case in enumerate(cases):
@@ -303,7 +303,7 @@ def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t
     return audit_timing(yours, t.yours_ms, t.spread, [ceiling], sampled, problem)
 
 
-def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def training_performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
     case, dtype = ex.perf_case, torch.bfloat16
@@ -352,7 +352,7 @@ def performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult
     return CriterionResult("performance", PASSED if ok else FAILED, msg, figures)
 
 
-def memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
+def training_memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     """The peak beyond the parameters during one forward and backward (gradients included), against eager's at
     the same case; in the interpreter every allocation added up, for both."""
     case = ex.memory_gpu if runtime.has_gpu() else ex.memory_cpu
@@ -385,4 +385,5 @@ def memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     return CriterionResult("memory", FAILED, msg + hint, figures)
 
 
-GRADERS = {"correctness": correctness, "training": training, "performance": performance, "memory": memory}
+GRADERS = {"correctness": training_correctness, "training": training, "performance": training_performance,
+           "memory": training_memory}
