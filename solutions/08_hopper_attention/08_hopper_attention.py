@@ -55,8 +55,8 @@ import triton
 import triton.language as tl
 
 from autograder import check, runtime
-from autograder.guard.watch import TritonLaunches
 from autograder.measure import capability
+from autograder.measure.meters import TritonLaunches
 from autograder.measure.timing import bench_interleaved, bench_ms, not_written, written_versions
 from autograder.specs import streaming_reduction_fusion as attn_ops
 from autograder.teach import profiling
