@@ -8,21 +8,26 @@
 # Every result lands in OUTDIR with the device, versions and date; OUTDIR/DONE marks the end.
 #
 #     bench/fair_grades.sh OUTDIR [RUNS]   (RUNS defaults to 10; TESTS=0 skips step 2; DEADLINE_S=N
-#                                                  starts no new cold run after N seconds)
+#                                          starts no new cold run after N seconds)
+# It runs from the repository's root wherever it is called from: bench/ is not installed, so python finds it there.
 set -u
 out=${1:?usage: bench/fair_grades.sh OUTDIR [RUNS]}
 runs=${2:-10}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 {
   echo "== $(date -u +%FT%TZ) cold-start headroom, $runs runs"
   nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv
   python3 -m bench.coldstart --runs "$runs" --out "$out" ${DEADLINE_S:+--deadline-s "$DEADLINE_S"} 2>&1
-  echo "== $(date -u +%FT%TZ) coldstart exited $?"
+  rc=$?  # taken at once: the date in the next line would reset it
+  echo "== $(date -u +%FT%TZ) coldstart exited $rc"
   if [ "${TESTS:-1}" = 1 ]; then
     timeout "${TESTS_TIMEOUT:-900}" python3 -m pytest -m gpu -p no:cacheprovider -q -o addopts="" \
       --continue-on-collection-errors --junitxml="$out/gpu-tests.xml" tests > "$out/gpu-tests.log" 2>&1
-    echo "== $(date -u +%FT%TZ) gpu tests exited $?"
+    rc=$?
+    echo "== $(date -u +%FT%TZ) gpu tests exited $rc"
     tail -n 5 "$out/gpu-tests.log"
   fi
 } > "$out/progress.log" 2>&1
