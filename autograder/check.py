@@ -13,27 +13,15 @@ import torch
 from autograder import config as config_mod
 from autograder import runtime
 from autograder import specs as registry
-from autograder.criteria import compiled as grade_compiled
-from autograder.criteria import kernel as grade_kernel
-from autograder.criteria import like_gpu
-from autograder.criteria import numeric as grade_numeric
-from autograder.criteria import step as grade_step
-from autograder.criteria import training as grade_training
-from autograder.criteria import warmup
+from autograder.criteria import like_gpu, warmup
+from autograder.criteria.kinds import kind_of
 from autograder.guard import deadline, fingerprint, integrity
 from autograder.guard.watch import quiet
 from autograder.link import session
 from autograder.measure.meters import TritonLaunches
 from autograder.measure import capability
 from autograder.report import FAILED, SKIPPED, CriterionResult, Report
-from autograder.specs.exercise import (
-    CRITERIA,
-    CompiledExercise,
-    KernelExercise,
-    StepExercise,
-    TrainingExercise,
-    check_callable,
-)
+from autograder.specs.exercise import CRITERIA, check_callable
 
 QUICK_TUNING = ("correctness", "precision")  # criteria whose cases nothing times
 
@@ -59,16 +47,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     if elsewhere:  # an exercise bound to a kind of GPU: skipped with the reason, never failed for the hardware
         return Report(ex.id, [CriterionResult(c, SKIPPED, elsewhere, {"hardware": ex.hardware}) for c in chosen])
     cfg = _settings()
-    if isinstance(ex, KernelExercise):
-        graders = grade_kernel.GRADERS
-    elif isinstance(ex, StepExercise):
-        graders = grade_step.GRADERS
-    elif isinstance(ex, CompiledExercise):
-        graders = grade_compiled.GRADERS
-    elif isinstance(ex, TrainingExercise):
-        graders = grade_training.GRADERS
-    else:
-        graders = grade_numeric.GRADERS
+    kind = kind_of(ex)  # its graders, one table per kind of exercise (criteria/kinds.py)
     problem = check_callable(ex, fn)
     notes = []
     limit = deadline.limit_s(cfg)
@@ -93,8 +72,8 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
                 # The small cases choose an autotuned kernel's launch settings by one timed call (warmup.py).
                 tuning = warmup.quick_tuning(fn) if name in QUICK_TUNING else contextlib.nullcontext()
                 with deadline.time_limit(limit), tuning, like_gpu.strict():
-                    result = graders[name](ex, fn, cfg)
-                    if name == "performance" and isinstance(ex, KernelExercise):
+                    result = kind.graders[name](ex, fn, cfg)
+                    if name in kind.judged:
                         result = session.confirm(ex, result)  # the course's bars, where a judge holds them
             except deadline.CriterionTimeout as exc:  # recorded, and the next criterion is graded
                 result = CriterionResult(name, FAILED, deadline.timed_out_message(name, exc.seconds))
