@@ -1502,6 +1502,11 @@ x = y = None  # the benchmark's tensors go back before the next measurement
 # * At the decode shape the bytes take nanoseconds and a launch microseconds: there, fusion pays in launches, and
 #   CUDA graphs take the rest.
 #
+# **Not covered here.** **BatchNorm**, the other normalisation that compilers fuse, is left out on purpose. At
+# inference its scale and shift fold into the weights of the convolution or linear layer before it, so no kernel
+# is left to fuse; in training its statistics are the sum and sum of squares of notebook 03, taken down each
+# column (over the batch) instead of along a row. The transformers this course builds have none.
+#
 # Next, notebook 03 fuses siblings rather than producer and consumer: operations that share an input.
 #
 # ## Further reading

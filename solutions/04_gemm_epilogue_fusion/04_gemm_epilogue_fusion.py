@@ -1383,6 +1383,24 @@ else:
 #   and one `tl.dot` with `Bᵀ` in the epilogue. Merge the weight when one adapter is served for long; fuse
 #   when adapters change (training) or many share a batch.
 #
+# **Not covered here.** Some GEMM fusions of production libraries stay out of this notebook, on purpose:
+#
+# * **CUTLASS's C++ epilogue templates.** They state the same epilogues as a C++ type chosen at compile time. The
+#   course writes every kernel in Triton, where the epilogue is plain code after the K loop, and measures against
+#   cuBLAS, whose epilogues `addmm` already uses; building CUTLASS would add a toolchain and no new idea.
+# * **The down projection fused into SwiGLU.** To start the down projection while `h` is on chip, each of its
+#   output tiles needs whole rows of `h` (11008 values a token). That fits for a few decode tokens, not for a
+#   training batch, so the course stops after the gate and up products; Question 3 says where it would pay.
+# * **An RMSNorm folded into the next projection's prologue.** Normalising each `x` tile as the K loop loads it
+#   needs the row's statistic before the loop starts, from one more small kernel or from the kernel before (the
+#   add + RMSNorm of notebook 02 could write it). It saves one write and one read of `x`, a small share of a
+#   GEMM's time once the product is long, so the course fuses the residual add into the norm and stops there.
+# * **Quantized GEMMs** (weights of 4 or 8 bits unpacked and scaled inside the K loop, as Marlin does). The
+#   storage formats and their packing are a subject of their own; the course's products stay in bf16.
+# * **Recommendation models (DLRM).** Their hot spots are embedding-table lookups and feature interactions. The
+#   course keeps to transformers, where the same patterns (the epilogues and the adapter above) appear in the
+#   shapes its grader uses.
+#
 # Next, notebook 05 fuses a reduction over a whole row into a streaming loop: online softmax and
 # FlashAttention, where the intermediate is an `N × N` matrix that must never be written.
 #

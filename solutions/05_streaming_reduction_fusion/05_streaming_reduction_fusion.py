@@ -1933,6 +1933,21 @@ del h_sp, w_sp, b_sp, mask_sp
 #   a cross-entropy over a 128k vocabulary needs per-tile `(max, sum)` pairs, not the logits, and a sparse
 #   head's max over the sequence needs one running max per word, taken before a monotone activation.
 #
+# **Not covered here.** Three streaming kernels that production stacks fuse stay out of this notebook, on purpose:
+#
+# * **Top-k sampling over the logits.** The router's top k fits in registers because a token has at most a few
+#   hundred experts; a sampler chooses among a vocabulary of 100 000 words or more. Fused, each vocabulary tile
+#   keeps its own k best logits and the short lists are merged afterwards (the k best of a union are among the k
+#   best of its parts, just as partial `(m, s)` pairs merge), then one random draw picks among the survivors. It
+#   is section 5's loop with a heavier reduction and no new idea, so it is left to you.
+# * **MoE dispatch and the grouped GEMM.** After the router, a mixture-of-experts layer gathers each expert's
+#   tokens and runs all the experts' products in one launch over groups of uneven size. That is a sort, a
+#   scatter and a scheduler of ragged GEMMs: indexing and load balance rather than an intermediate kept out of
+#   HBM, and it only means something inside a mixture-of-experts model, which the course does not train.
+# * **Paged attention.** Serving engines store the keys and values of many requests in fixed-size pages and
+#   give attention a table of page numbers. The kernel is section 4's with one more indirection in its loads;
+#   what it adds is memory management across requests, a serving topic rather than a fusion one.
+#
 # ## Further reading
 #
 # * Formal, Piwowarski and Clinchant, *SPLADE: Sparse Lexical and Expansion Model for First Stage Ranking*

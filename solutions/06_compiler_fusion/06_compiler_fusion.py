@@ -1746,6 +1746,18 @@ else:
 #   changes the answer.
 # * Profile: the kernel list says whether fusion happened, the DRAM counters say whether it saved the bytes.
 #
+# **Not covered here.** Three other routes to fused kernels are left out on purpose:
+#
+# * **TensorRT, TensorRT-LLM and serving engines** (vLLM, SGLang). They fuse by shipping hand-written kernels and
+#   graph rewrites for known model families; using them is configuration and a separate installation, not a
+#   technique this notebook could measure against the cost model. What they ship is what notebooks 02 to 05
+#   have you write.
+# * **TorchScript's fuser.** The older PyTorch route to fused kernels, superseded by `torch.compile` and no longer
+#   developed: what it fused, Inductor fuses.
+# * **Nsight Systems** (`nsys profile python script.py`). Its timeline shows the same kernels and the same idle
+#   gaps between them as section 7's `gpu_timeline`, recorded from outside the process, with the CPU threads
+#   and the CUDA API calls beside them. The notebook uses the profiler that runs inside a cell.
+#
 # ## Further reading
 #
 # * PyTorch, [`torch.compile`](https://pytorch.org/docs/stable/generated/torch.compile.html) (its modes and
