@@ -260,6 +260,7 @@ class TrainingExercise(Exercise):
     loss_window: int = 5
     loss_floor: float = 0.02
     loss_factor: float = 3.0
+    loss_floor_float32: float | None = None  # the floor where the run is graded in float32 (the interpreter's)
     max_memory_fraction: float = 0.6  # of eager's peak, at the memory case
     default_min_fraction: float = 0.4  # of torch.compile's tokens/s
     # (config, seq_len) -> the fewest flops a forward and backward must do a token: the timing audit's ceiling.
