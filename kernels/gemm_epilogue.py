@@ -101,7 +101,7 @@ def _gemm_gelu_residual_kernel(x_ptr, w_ptr, b_ptr, r_ptr, out_ptr, M, N, K, str
 
 
 def gemm_launch_settings(M: int, N: int, K: int, element_size: int = 2) -> dict:
-    """Tile shape by regime, chosen by timing on an H200 (python -m kernels.bench.gemm --sweep). Shared memory
+    """Tile shape by regime, chosen by timing on an H200 (python -m bench.gemm --sweep). Shared memory
     holds num_stages - 1 pairs of x and w tiles: float32 elements take twice the room, so half the K step."""
     wide = element_size > 2
     if M <= 32:  # decode: the weights dominate the bytes; many narrow tiles keep enough loads in flight
