@@ -9,19 +9,32 @@ import torch
 from autograder import runtime
 from autograder import specs as registry
 from autograder.criteria import dry_run, warmup
-from autograder.criteria.cases import graded_dtypes
+from autograder import config
+from autograder.criteria.cases import graded_dtypes, precision_shapes
 
 
 def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
 
     ex = registry.get("04.gemm_gelu_residual")
     both = warmup.cases(ex, ["correctness", "precision", "performance"])
-    shapes = list(dict.fromkeys(list(ex.shapes) + list(ex.extra_shapes) + list(ex.precision_shapes)))
+    drawn = precision_shapes(ex, config.load().secret_seed)  # as the criteria draw them from the grading's seed
+    shapes = list(dict.fromkeys(list(ex.shapes) + list(ex.extra_shapes) + list(drawn)))
     assert both == [(s, d) for s in shapes for d in graded_dtypes()]
     assert len(warmup.cases(ex, ["performance"])) == 0  # the benchmark size compiles once, in its own criterion
     # Correctness's secret case grades every shape precision measures: precision adds nothing to compile.
     assert warmup.cases(ex, ["correctness"]) == both
     assert len(warmup.cases(ex, ["precision"])) < len(both)
+
+
+@pytest.mark.parametrize("exercise", ["04.gemm_gelu_residual", "07.flash_attention_backward", "02.rmsnorm"])
+def test_every_shape_and_dtype_a_graded_call_uses_is_compiled_ahead_and_nothing_else(exercise):
+    """The graded calls find every kernel compiled (side by side, ahead): none compiles again, alone, in between."""
+    from autograder.criteria import correctness, precision
+
+    ex, cfg = registry.get(exercise), config.load()
+    graded = {(shape, dtype) for _, _, shape, dtype in correctness.Cases(ex, cfg).todo}
+    graded |= {(shape, dtype) for dtype, _, shape in precision.Cases(ex, cfg).todo}
+    assert set(warmup.cases(ex, ["correctness", "precision"])) == graded
 
 
 def test_nothing_is_compiled_ahead_in_the_interpreter(monkeypatch):

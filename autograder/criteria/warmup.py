@@ -32,20 +32,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from autograder import runtime
+from autograder import config, runtime
 from autograder.criteria import dry_run, training
 from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shapes, secret_shapes
 from autograder.guard.watch import Guarded
 from autograder.specs.exercise import KernelExercise, TrainingExercise
 
 
-def cases(ex: KernelExercise, criteria) -> list:
-    """(shape, dtype) of every case the named criteria run at small sizes, each once."""
+def cases(ex: KernelExercise, criteria, seed: int | None = None) -> list:
+    """(shape, dtype) of every case the named criteria run at small sizes, each once: the precision shapes as the
+    criteria draw them from the grading's seed (`seed`, else the grading file's), not the nominal ones no graded
+    call uses (a drawn length's other divisibility compiled again, one kernel at a time, in the graded calls)."""
+    seed = config.load().secret_seed if seed is None else seed
     shapes = []
     if "correctness" in criteria:
-        shapes += list(secret_shapes(ex))
+        shapes += list(secret_shapes(ex, seed))
     if "precision" in criteria:
-        shapes += list(precision_shapes(ex))
+        shapes += list(precision_shapes(ex, seed))
     unique = list(dict.fromkeys(s for s in shapes if s is not None))
     return [(shape, dtype) for shape in unique for dtype in graded_dtypes()]
 
