@@ -288,28 +288,29 @@ def compile_yardstick(ex: TrainingExercise) -> None:
 
 
 def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t, prof):
-    """criteria.audit on a training step: timed calls' gradients (picked at random) against an untimed call's on
-    new tensors of the same values, every stream's work, the synchronized time, and the bf16 matmul rate as the
-    ceiling of the flops a forward and backward must do."""
+    """criteria.audit on a training step: timed calls' gradients against an untimed call's on new tensors, every
+    stream's work, the synchronized time, and the bf16 matmul rate as the ceiling of the step's flops."""
     case, refs = ex.perf_case, {}
 
     def problem(i, grads) -> str | None:
         if i not in refs:
             fresh = {n: p.detach().clone().requires_grad_() for n, p in params.items()}
-            x, y = (v.clone() for v in sets[i])
-            refs[i] = torch.autograd.grad(fn(fresh, x, y, case.config), list(fresh.values()))
+            try:
+                loss = fn(fresh, *(v.clone() for v in sets[i]), case.config)
+                refs[i] = torch.autograd.grad(loss, list(fresh.values()))
+            except Exception as exc:  # noqa: BLE001  the student's code: its error is the message
+                return f"called again untimed on batch {i}: {student_error(exc, ex.function)}"
         for name, g, r in zip(params, grads, refs[i]):
             err = float((g.float() - r.float()).norm() / r.float().norm().clamp_min(1e-30))
             if not err < LOOSE:
-                return (f"a timed call (batch {i} of {len(sets)}, picked at random among the timed calls) returned a "
-                        f"wrong gradient of {name} (relative error {err:.2g} against the same step called again "
-                        "untimed): the calls timed are checked too, so doing less when timed shows")
+                return (f"a timed call (batch {i} of {len(sets)}, picked at random) returned a wrong gradient of "
+                        f"{name} (relative error {err:.2g} against the same step called untimed): doing less when "
+                        "timed shows")
         return None
 
     flops = ex.flops_per_token(case.config, case.seq_len) * case.batch * case.seq_len if ex.flops_per_token else 0
-    ceiling = Ceiling(flops, prof.matmul_tflops.get("bf16"), "TFLOP/s", "flops a forward and backward must do",
-                      "bf16 matmul rate")
-    return audit_timing(yours, t.yours_ms, t.spread, [ceiling], sampled, problem)
+    return audit_timing(yours, t.yours_ms, t.spread, [Ceiling(flops, prof.matmul_tflops.get("bf16"), "TFLOP/s",
+                        "flops a forward and backward must do", "bf16 matmul rate")], sampled, problem)
 
 
 def training_performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
