@@ -57,7 +57,7 @@ def sparse_head_settings(S: int, H: int, element_size: int) -> dict:
     return dict(BLOCK_S=block_s, BLOCK_V=128, BLOCK_H=64, num_warps=4, num_stages=3)
 
 
-def _check_inputs(h, w, b, mask) -> tuple[int, int, int, int]:
+def _check_head_inputs(h, w, b, mask) -> tuple[int, int, int, int]:
     """(B, S, H, V), or a ValueError naming what is malformed."""
     if h.dim() != 3 or w.dim() != 2 or h.shape[2] != w.shape[1]:
         raise ValueError(f"want h (B, S, H) and w (V, H), got {tuple(h.shape)} and {tuple(w.shape)}")
@@ -72,7 +72,7 @@ def _check_inputs(h, w, b, mask) -> tuple[int, int, int, int]:
 
 def sparse_head(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """weights (B, V) float32: the masked max over the sequence of log1p(relu(h @ w.T + b)), one launch."""
-    B, S, H, V = _check_inputs(h, w, b, mask)
+    B, S, H, V = _check_head_inputs(h, w, b, mask)
     out = torch.empty((B, V), dtype=torch.float32, device=h.device)
     if B == 0 or V == 0:
         return out

@@ -1770,7 +1770,7 @@ check("05.predict_sparse_head_bytes", predicted_sparse_head_bytes).assert_passed
 # Helpers your kernel and launcher call (launch settings, input checks) go here; or write everything inside the
 # two functions below.
 ### BEGIN SOLUTION
-# include: kernels/sparse_head.py (sparse_head_settings, _check_inputs)
+# include: kernels/sparse_head.py (sparse_head_settings, _check_head_inputs)
 ### END SOLUTION
 
 

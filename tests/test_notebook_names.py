@@ -1,0 +1,56 @@
+"""A solution notebook runs every included kernel file's helpers in one namespace: two helpers of one name from
+two files leave the later one in place, and the earlier exercise calls the wrong function (05.linear_cross_entropy
+once called the sparse head's `_check_inputs` and failed every case on a GPU). Every name a notebook includes, or
+defines at its top level, is defined once."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted(ROOT.glob("solutions/*/[0-9][0-9]_*.py"))
+INCLUDE = re.compile(r"^# include: (kernels/\w+\.py) \(([^)]*)\)$", re.M)
+INCLUDE_BODY = re.compile(r"^[ \t]+# include body: (kernels/\w+\.py) \((\w+)\)$", re.M)
+TOP_DEF = re.compile(r"^(?:def|class) (\w+)", re.M)
+
+
+def origins(text: str) -> dict[str, set[str]]:
+    """{name: where each definition of it comes from} for one notebook's text source."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for path, names in INCLUDE.findall(text):
+        for name in names.split(","):
+            found[name.strip()].add(path)
+    for path, name in INCLUDE_BODY.findall(text):
+        found[name].add(path)
+    included = set(found)
+    for name in TOP_DEF.findall(text):
+        if name not in included:  # a stub `def f` whose body is included is that same definition
+            found[name].add("the notebook")
+    return found
+
+
+def clashes(text: str) -> dict[str, set[str]]:
+    return {name: where for name, where in origins(text).items() if len(where) > 1}
+
+
+def test_finds_a_clash():
+    text = ("# include: kernels/a.py (_check_inputs, a)\n# include: kernels/b.py (_check_inputs)\n"
+            "def f():\n    # include body: kernels/c.py (f)\n")
+    assert clashes(text) == {"_check_inputs": {"kernels/a.py", "kernels/b.py"}}
+
+
+def test_notebook_def_against_include():
+    text = "# include: kernels/a.py (helper)\ndef helper():\n    pass\n"
+    assert origins(text)["helper"] == {"kernels/a.py"}  # the include's own stub is not a second definition
+    assert clashes("# include: kernels/a.py (helper)\n# include: kernels/b.py (helper)\n")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_each_name_defined_once(source):
+    assert SOURCES, "no notebook sources found"
+    found = clashes(source.read_text())
+    assert not found, f"{source.name}: names defined in more than one place: {found}"
