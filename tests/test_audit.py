@@ -29,6 +29,7 @@ def test_a_rate_above_the_ceiling_beyond_the_noise_is_impossible():
     flops = Ceiling(4.4e12, 700.0, "TFLOP/s", "flops a forward and backward must do", "bf16 matmul rate")
     assert flops.beaten(10.0, 0.15) is None and "flops a forward and backward must do" in flops.beaten(1.0, 0.15)
     assert Ceiling(3e9, None, "GB/s", "x", "y").beaten(1e-6, 0.0) is None  # no ceiling known: nothing checked
+    assert "impossible measurement" in copy.beaten(0.0, 0.15)  # events around calls that launched nothing
 
 
 def test_an_honest_time_passes_the_audit_unchanged(monkeypatch):

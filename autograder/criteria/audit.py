@@ -205,7 +205,7 @@ class Ceiling:
     def beaten(self, ms: float, noise: float) -> str | None:
         if not self.rate or self.work <= 0:
             return None
-        achieved = self.work / (ms * 1e-3) / (1e9 if self.unit == "GB/s" else 1e12)
+        achieved = self.work / (max(ms, 1e-9) * 1e-3) / (1e9 if self.unit == "GB/s" else 1e12)  # 0 ms: no work timed
         if achieved <= self.rate * (1 + noise):
             return None
         return (f"impossible measurement: work escaped the timer. {ms:.4f} ms a call means {achieved:.0f} "
