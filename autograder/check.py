@@ -18,8 +18,8 @@ from autograder.criteria.kinds import kind_of
 from autograder.guard import deadline, fingerprint, integrity
 from autograder.guard.watch import quiet
 from autograder.link import session
-from autograder.measure.meters import TritonLaunches
 from autograder.measure import capability
+from autograder.measure.meters import TritonLaunches
 from autograder.report import FAILED, SKIPPED, CriterionResult, Report
 from autograder.specs.exercise import CRITERIA, check_callable
 

@@ -17,8 +17,8 @@ from autograder.criteria.cases import (
 )
 from autograder.criteria.outputs import as_outputs, relative_error
 from autograder.guard.watch import Watch
-from autograder.measure.meters import TritonLaunches
 from autograder.measure import gpu_share
+from autograder.measure.meters import TritonLaunches
 from autograder.measure.timing import device_work_ms, escaped_work, synced_ms
 from autograder.specs.exercise import KernelExercise
 

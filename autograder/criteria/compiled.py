@@ -18,10 +18,10 @@ from autograder.criteria.cases import case_seed, count_gpu_kernels, dtype_name, 
 from autograder.criteria.outputs import compare
 from autograder.criteria.performance import performance as kernel_performance
 from autograder.guard.watch import to_device_keeping_layout
-from autograder.measure.meters import TritonLaunches
 from autograder.measure.inductor import (
     quiet as compiler_quiet,  # Dynamo's and Inductor's logs and warnings kept off stderr
 )
+from autograder.measure.meters import TritonLaunches
 from autograder.report import FAILED, PASSED, SKIPPED, CriterionResult
 from autograder.specs.exercise import CompiledExercise
 

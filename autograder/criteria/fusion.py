@@ -30,8 +30,8 @@ from autograder.criteria.cases import (
 )
 from autograder.criteria.outputs import as_outputs, out_of_bounds_first
 from autograder.guard.watch import Watch
-from autograder.measure.meters import TritonLaunches
 from autograder.measure import capability
+from autograder.measure.meters import TritonLaunches
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise, Shape
 

@@ -21,8 +21,8 @@ from autograder.criteria.fusion import INTERPRETED, ON_GPU
 from autograder.criteria.performance import SubmissionWork, copy_peak, measure, not_measured, shared_gpu
 from autograder.criteria.performance import submission_failure
 from autograder.guard.watch import Guarded, Watch
-from autograder.measure.meters import TritonLaunches
 from autograder.measure import device as device_mod
+from autograder.measure.meters import TritonLaunches
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import StepExercise
