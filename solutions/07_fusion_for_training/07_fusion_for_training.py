@@ -1185,9 +1185,9 @@ print(repr(corpus.decode(corpus.tokens[5000:5060])))
 logit_share = {}
 for d_model in (512, 1024, 4096):
     layer_bytes = 2 * 12 * d_model  # about a dozen bf16 activations of width d per token and layer
-    logits_bytes = 3 * 4 * 32768  # float32 logits, their softmax and their gradient
-    logit_share[d_model] = logits_bytes / layer_bytes
-    print(f"d = {d_model:4}: the logits and their gradient weigh as much as {logits_bytes / layer_bytes:5.1f} "
+    per_token = 3 * 4 * 32768  # float32 logits, their softmax and their gradient
+    logit_share[d_model] = per_token / layer_bytes
+    print(f"d = {d_model:4}: the logits and their gradient weigh as much as {per_token / layer_bytes:5.1f} "
           f"layers' activations")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "decoder-ex-md", "locked": true, "schema_version": 3, "solution": false}
