@@ -223,8 +223,10 @@ def _training_rows(ex: TrainingExercise, cfg: GradingConfig) -> dict[str, str]:
             "whichever is larger."),
         "training": (
             f"after {gpu.steps} AdamW steps on a GPU ({cpu.steps} in the interpreter), the mean of the last "
-            f"{ex.loss_window} losses within max({num(ex.loss_floor)}, {num(ex.loss_factor)}x eager's own drift "
-            "in the graded dtype) of eager float32's."),
+            f"{min(ex.loss_window, gpu.steps)} losses ({min(ex.loss_window, cpu.steps)} in the interpreter) within max({num(ex.loss_floor)}, {num(ex.loss_factor)}x eager's own drift "
+            "in the graded dtype) of eager float32's"
+            + (f" ({num(ex.loss_floor_float32)} in float32, as in the interpreter)." if ex.loss_floor_float32 is not None
+               else ".")),
         "performance": (
             f"tokens/s of a forward and backward at least {num(frac)} of torch.compile's on the eager model"
             f"{_speedup(speed, 'eager PyTorch')} ({ex.perf_case}, bfloat16).{_not_on_cpu(cfg)}"),
