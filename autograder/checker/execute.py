@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
     namespace = {"__name__": "__main__", "__file__": str(nb_path)}
     cells_dir = Path(tempfile.mkdtemp(prefix="notebook-cells-"))
     cell_errors = []
+    cell_seconds = []  # (cell index, seconds) of every code cell run: where a check's time goes
     code_cells = [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and not _is_test_cell(c)]
     for n, (i, cell) in enumerate(code_cells, 1):
         started = time.time()
@@ -82,6 +83,7 @@ def main(argv: list[str]) -> int:
             print(f"[cell {n}/{len(code_cells)}] raised {type(exc).__name__}: {exc}", flush=True)
         else:
             print(f"[cell {n}/{len(code_cells)}] done in {time.time() - started:.1f} s{skipped}", flush=True)
+        cell_seconds.append((i, round(time.time() - started, 2)))
         import matplotlib.pyplot as plt
 
         plt.close("all")
@@ -118,7 +120,8 @@ def main(argv: list[str]) -> int:
         print(report.summary(), flush=True)  # in the log too: it survives a crash at exit
         reports.append(report.to_dict())
     shutil.rmtree(cells_dir, ignore_errors=True)
-    Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors, "reports": reports}, default=str))
+    Path(out_path).write_text(json.dumps({"notebook": str(nb_path), "cell_errors": cell_errors,
+                                          "cell_seconds": cell_seconds, "reports": reports}, default=str))
     return 0
 
 
