@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         return 0  # every student is recorded (the summary line counts the crashed, timed out...)
 
     import autograder
-    from autograder.checker import launch as checker
+    from autograder.checker import notebook as checker
 
     if args.command == "device":
         from autograder.measure import capability

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from autograder import config
 from autograder import specs as registry
-from autograder.checker import launch as checker
+from autograder.checker import notebook as checker
 from autograder.measure import device
 from bench import headroom
 from bench.common import RESULTS, load, needs_gpu, record, save, slug
@@ -122,9 +122,14 @@ def child_notebook(path: Path) -> int:
         exercises.append({"exercise": report.exercise, "criteria": criteria, "failed": failed,
                           "status": perf.status if perf else "not graded on performance",
                           "bars": bars(report.exercise, perf.figures) if perf else {},
-                          "seconds": sum(c.seconds or 0 for c in report.results)})
+                          "seconds": sum(c.seconds or 0 for c in report.results),
+                          "criterion_seconds": {c.name: round(c.seconds, 2) for c in report.results
+                                                if c.seconds is not None}})
+    slowest = sorted(result.get("cell_seconds", []), key=lambda cell: -cell[1])[:8]
     print(TAG + json.dumps({"notebook": path.stem, "seconds": round(seconds, 2), "passed": checker.passed(result),
                             "cell_errors": [e["error"][:200] for e in result["cell_errors"]],
+                            "cells_s": round(sum(t for _, t in result.get("cell_seconds", [])), 2),
+                            "slowest_cells": slowest,
                             "exercises": exercises, "clocks_before": before, "clocks_after": clocks()}), flush=True)
     return 0
 

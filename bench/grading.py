@@ -35,7 +35,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from autograder import demonstrations, runtime
-from autograder.checker import launch as checker
+from autograder.checker import notebook as checker
 from autograder.classroom import compile_cache
 from autograder.measure import device
 from bench.common import RESULTS, needs_gpu, record, save, slug

@@ -127,7 +127,7 @@ def notebook_json(cells: list[str]) -> dict:
 
 def grade_in_checker(case: Case, folder: Path):
     """The checker on a notebook made of the set-up cell and the case: returns the case exercise's Report."""
-    from autograder.checker import launch as checker
+    from autograder.checker import notebook as checker
 
     path = folder / f"{case.notebook}.ipynb"
     path.write_text(json.dumps(notebook_json([SETUP_CELL, case.source])))

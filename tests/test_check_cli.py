@@ -75,7 +75,7 @@ def test_a_notebook_that_checks_nothing_is_refused(tmp_path):
 
 
 def test_exercises_are_found_by_their_check_calls(tmp_path):
-    from autograder.checker import launch
+    from autograder.checker import notebook
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("def rmsnorm(x, w, eps):\n    raise NotImplementedError()"),
@@ -84,4 +84,4 @@ def test_exercises_are_found_by_their_check_calls(tmp_path):
                                         "locked": True, "schema_version": 3}
     path = tmp_path / "anything.ipynb"
     nbformat.write(nb, path)
-    assert [ex.id for ex in launch.notebook_exercises(path)] == ["02.rmsnorm"]
+    assert [ex.id for ex in notebook.notebook_exercises(path)] == ["02.rmsnorm"]

@@ -10,7 +10,7 @@ import pytest
 from autograder import runtime
 from autograder.measure import capability
 from autograder.publish import build
-from autograder.checker import launch as checker
+from autograder.checker import notebook as checker
 
 NB = "01_hbm_cost_model"
 

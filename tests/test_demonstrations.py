@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from autograder import demonstrations, runtime
-from autograder.checker import launch as checker
+from autograder.checker import notebook as checker
 from autograder.publish import build
 
 NOTEBOOKS = [p.stem for p in build.sources()]

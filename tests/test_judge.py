@@ -17,7 +17,7 @@ import torch
 
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import config, specs
-from autograder.checker import launch as checker
+from autograder.checker import notebook as checker
 from autograder.judge import bars
 from autograder.judge.launch import JudgeProcess, judge_said, overrule
 from autograder.link import wire
