@@ -16,12 +16,8 @@ from pathlib import Path
 
 from autograder.measure import device
 from autograder.measure.timing import bench_interleaved, extra_bytes
-from autograder.specs import streaming_reduction_fusion as ce_ops
-from autograder.specs import streaming_reduction_fusion as sm_ops
-from autograder.specs import vertical_fusion as add_ops
-from autograder.specs import vertical_fusion as bwd_ops
-from autograder.specs import vertical_fusion as ln_ops
-from autograder.specs import vertical_fusion as rms_ops
+from autograder.specs import streaming_reduction_fusion
+from autograder.specs import vertical_fusion
 from autograder.specs.streaming_reduction_fusion import sdpa_with_backend
 from kernels import add_rmsnorm, layernorm, linear_cross_entropy, rmsnorm, rmsnorm_backward, softmax
 from bench.common import RESULTS, needs_gpu, record, save, slug
@@ -102,25 +98,27 @@ def norm_rows(progress, M: int = 32768, H: int = 4096) -> list[dict]:
     def compiled(fn):
         return torch.compile(fn, dynamic=False)
 
-    rms_c, add_c, ln_c, sm_c = (compiled(f) for f in (rms_ops.rmsnorm_eager, add_ops.add_rmsnorm_eager,
-                                                       ln_ops.layernorm_eager, sm_ops.softmax_eager))
+    rms_c, add_c, ln_c, sm_c = (compiled(f) for f in (vertical_fusion.rmsnorm_eager,
+                                                       vertical_fusion.add_rmsnorm_eager,
+                                                       vertical_fusion.layernorm_eager,
+                                                       streaming_reduction_fusion.softmax_eager))
     ops = {
         "rmsnorm": ({COURSE: lambda: rmsnorm.rmsnorm(x, w, eps), "torch.compile": lambda: rms_c(x, w, eps),
                      "F.rms_norm": lambda: F.rms_norm(x, (H,), w, eps),
                      **({"Liger-Kernel": lambda: lf.liger_rms_norm(x, w, eps, in_place=False)} if lf else {})},
-                    rms_ops.rmsnorm_bytes(x, w)),
+                    vertical_fusion.rmsnorm_bytes(x, w)),
         "add_rmsnorm": ({COURSE: lambda: add_rmsnorm.add_rmsnorm(x, r, w, eps), "torch.compile": lambda: add_c(x, r, w, eps),
                          **({"Liger-Kernel": lambda: lf.liger_fused_add_rms_norm(x, r, w, eps, in_place=False)}
                             if lf else {})},
-                        add_ops.add_rmsnorm_bytes(x, r, w)),
+                        vertical_fusion.add_rmsnorm_bytes(x, r, w)),
         "layernorm": ({COURSE: lambda: layernorm.layernorm(x, w, b, eps), "torch.compile": lambda: ln_c(x, w, b, eps),
                        "F.layer_norm": lambda: F.layer_norm(x, (H,), w, b, eps),
                        **({"Liger-Kernel": lambda: lf.liger_layer_norm(x, w, b, eps)} if lf else {})},
-                      ln_ops.layernorm_bytes(x, w, b)),
+                      vertical_fusion.layernorm_bytes(x, w, b)),
         "softmax": ({COURSE: lambda: softmax.softmax(x), "torch.compile": lambda: sm_c(x),
                      "torch.softmax": lambda: torch.softmax(x, dim=-1),
                      **({"Liger-Kernel": lambda: lf.liger_softmax(x)} if lf else {})},
-                    sm_ops.softmax_bytes(x)),
+                    streaming_reduction_fusion.softmax_bytes(x)),
     }
     rows = []
     for op, (calls, n_bytes) in ops.items():
@@ -131,7 +129,7 @@ def norm_rows(progress, M: int = 32768, H: int = 4096) -> list[dict]:
     # recorded once (retain_graph), so that only the backward is timed.
     xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
     backwards = {COURSE: lambda: rmsnorm_backward.rmsnorm_backward(x, w, dy, eps)}
-    peers = {"torch.compile": lambda: compiled(rms_ops.rmsnorm_eager)(xg, wg, eps),
+    peers = {"torch.compile": lambda: compiled(vertical_fusion.rmsnorm_eager)(xg, wg, eps),
              "F.rms_norm": lambda: F.rms_norm(xg, (H,), wg, eps)}
     if lf:
         peers["Liger-Kernel"] = lambda: lf.liger_rms_norm(xg, wg, eps, in_place=False)
@@ -143,7 +141,8 @@ def norm_rows(progress, M: int = 32768, H: int = 4096) -> list[dict]:
         except Exception as exc:  # noqa: BLE001
             missing[name] = f"{type(exc).__name__}: {exc}"
     times, failed = _timed(backwards, progress, "rmsnorm_backward")
-    rows.append(row("rmsnorm_backward", shape, times, {**missing, **failed}, bwd_ops.rmsnorm_backward_bytes(x, w, dy)))
+    rows.append(row("rmsnorm_backward", shape, times, {**missing, **failed},
+                    vertical_fusion.rmsnorm_backward_bytes(x, w, dy)))
     return rows
 
 
@@ -158,9 +157,9 @@ def linear_cross_entropy_rows(progress, M: int = 8192, K: int = 4096, V: int = 1
     w = (torch.randn(V, K, device="cuda") / K**0.5).to(torch.bfloat16)
     t = torch.randint(0, V, (M,), device="cuda")
     shape = f"{M}x{K} -> {V} bf16"
-    compiled = torch.compile(ce_ops.linear_cross_entropy_eager, dynamic=False)
+    compiled = torch.compile(streaming_reduction_fusion.linear_cross_entropy_eager, dynamic=False)
     forward = {COURSE: lambda: linear_cross_entropy.linear_cross_entropy(h, w, t),
-               "eager": lambda: ce_ops.linear_cross_entropy_eager(h, w, t),
+               "eager": lambda: streaming_reduction_fusion.linear_cross_entropy_eager(h, w, t),
                "torch.compile": lambda: compiled(h, w, t)}
     if lf:
         forward["Liger-Kernel"] = lambda: lf.liger_fused_linear_cross_entropy(h, w, t)
@@ -180,7 +179,8 @@ def linear_cross_entropy_rows(progress, M: int = 8192, K: int = 4096, V: int = 1
 
     # The course's computes the mean loss and both gradients in one call (notebook 07), chunk by chunk.
     train = {COURSE: lambda: linear_cross_entropy_forward_backward(h, w, t),
-             "eager": both(ce_ops.linear_cross_entropy_eager), "torch.compile": both(compiled)}
+             "eager": both(streaming_reduction_fusion.linear_cross_entropy_eager),
+             "torch.compile": both(compiled)}
     if lf:
         train["Liger-Kernel"] = both(lf.liger_fused_linear_cross_entropy)
     times, failed = _timed(train, progress, "linear_cross_entropy forward + backward")
