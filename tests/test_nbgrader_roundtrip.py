@@ -99,7 +99,7 @@ def fused_chain(x, bias, alpha):
         "rmsnorm_op": ("RMSNORM_OP_AUTOGRAD = rmsnorm_op.register_autograd(_rmsnorm_op_backward, "
                        "setup_context=_rmsnorm_op_setup)", "RMSNORM_OP_AUTOGRAD = None  # the backward forgotten"),
         # The version handed out to repair, handed back as it was: right numbers, two graphs.
-        "fake_quant": "def fake_quant(x):\n    return fq_ops.fake_quant_broken(x)\n",
+        "fake_quant": "def fake_quant(x):\n    return compiler_fusion.fake_quant_broken(x)\n",
         # The row stride forgotten: the padded case reads the wrong rows.
         "row_argmax": ("_row_argmax_tuned[(m,)](x, out, n, x.stride(0),", "_row_argmax_tuned[(m,)](x, out, n, n,"),
         # The fused chain's prediction forgets the residual it reads.

@@ -50,9 +50,8 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.specs import fused_dropout as drop_ops
-from autograder.specs import vertical_fusion as ln_ops
-from autograder.specs import vertical_fusion as rms_ops
+from autograder.specs import fused_dropout
+from autograder.specs import vertical_fusion
 from autograder.teach.plots import bars_against_model, peaks, print_against_model
 from autograder.teach.programs import ProgramsUnavailable, draw_programs
 from autograder.measure.timing import bench_versions, not_written
@@ -298,15 +297,15 @@ M, H, EPS = 32768, 4096, 1e-5  # the training shape every measurement below uses
 # %% nbgrader={"grade": false, "grade_id": "rms3-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
 x_bytes = M * H * 2
-predicted_bytes = your_prediction(lambda: predicted_rmsnorm_bytes(M, H, 2), rms_ops.PREDICT_RMSNORM_BYTES, M, H, 2)
+predicted_bytes = your_prediction(lambda: predicted_rmsnorm_bytes(M, H, 2), vertical_fusion.PREDICT_RMSNORM_BYTES, M, H, 2)
 labels = ("eager (3 kernels)", "two-pass Triton", "your one-pass kernel")
 versions = {}
 if ON_GPU:
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
-    compiled = runtime.demo_compile(rms_ops.rmsnorm_eager)
+    compiled = runtime.demo_compile(vertical_fusion.rmsnorm_eager)
     versions = {
-        "eager (3 kernels)": lambda: rms_ops.rmsnorm_eager(x, w, EPS),
+        "eager (3 kernels)": lambda: vertical_fusion.rmsnorm_eager(x, w, EPS),
         "two-pass Triton": lambda: rmsnorm_variants.rmsnorm_two_pass(x, w, EPS),
         "your one-pass kernel": lambda: rmsnorm(x, w, EPS),  # left out until it is written
         "F.rms_norm": lambda: torch.nn.functional.rms_norm(x, (H,), w, EPS),
@@ -382,8 +381,8 @@ if ON_GPU:
     versions = {
         "your kernel, plain calls": lambda: rmsnorm(x1, w1, EPS),
         "your kernel, graph replay": replayed(lambda: rmsnorm(x1, w1, EPS)),
-        "eager, plain calls": lambda: rms_ops.rmsnorm_eager(x1, w1, EPS),
-        "eager, graph replay": replayed(lambda: rms_ops.rmsnorm_eager(x1, w1, EPS)),
+        "eager, plain calls": lambda: vertical_fusion.rmsnorm_eager(x1, w1, EPS),
+        "eager, graph replay": replayed(lambda: vertical_fusion.rmsnorm_eager(x1, w1, EPS)),
     }
     decode_us = {k: 1e3 * ms for k, ms in bench_versions(versions, desc="timing 1 x 4096", bench=synced_ms).items()}
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -530,14 +529,14 @@ check("02.add_rmsnorm", add_rmsnorm, criteria=["fusion"]).assert_passed("fusion"
 
 # %% nbgrader={"grade": false, "grade_id": "add-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-add_bytes = your_prediction(lambda: predicted_add_rmsnorm_bytes(M, H, 2), rms_ops.PREDICT_ADD, M, H, 2)
+add_bytes = your_prediction(lambda: predicted_add_rmsnorm_bytes(M, H, 2), vertical_fusion.PREDICT_ADD, M, H, 2)
 versions = {}
 if ON_GPU:
     x, r = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
-    compiled = runtime.demo_compile(rms_ops.add_rmsnorm_eager)
+    compiled = runtime.demo_compile(vertical_fusion.add_rmsnorm_eager)
     versions = {
-        "eager (add + 3 kernels)": lambda: rms_ops.add_rmsnorm_eager(x, r, w, EPS),
+        "eager (add + 3 kernels)": lambda: vertical_fusion.add_rmsnorm_eager(x, r, w, EPS),
         "your add_rmsnorm": lambda: add_rmsnorm(x, r, w, EPS),
         "torch.compile": lambda: compiled(x, r, w, EPS),
     }
@@ -591,7 +590,7 @@ def rel_err(y, ref):
 naive_err, centred_err = [], []
 for off in offsets:
     x32 = base + off  # fp32 rows with mean `off` and spread 1
-    ref = ln_ops.layernorm_reference(x32, w64, b64, 1e-5)
+    ref = vertical_fusion.layernorm_reference(x32, w64, b64, 1e-5)
     mean = x32.mean(-1, keepdim=True)
     var_naive = (x32 * x32).mean(-1, keepdim=True) - mean * mean  # the formula that cancels
     naive_err.append(rel_err((x32 - mean) * torch.rsqrt(var_naive.clamp_min(0) + 1e-5), ref))
@@ -732,15 +731,15 @@ check("02.layernorm", layernorm, criteria=["fusion"]).assert_passed("fusion")
 
 # %% nbgrader={"grade": false, "grade_id": "ln-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-ln_bytes = your_prediction(lambda: predicted_layernorm_bytes(M, H, 2), rms_ops.PREDICT_LAYERNORM, M, H, 2)
+ln_bytes = your_prediction(lambda: predicted_layernorm_bytes(M, H, 2), vertical_fusion.PREDICT_LAYERNORM, M, H, 2)
 versions = {}
 if ON_GPU:
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16) + 3
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
     b = 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
-    compiled = runtime.demo_compile(ln_ops.layernorm_eager)
+    compiled = runtime.demo_compile(vertical_fusion.layernorm_eager)
     versions = {
-        "eager (unfused)": lambda: ln_ops.layernorm_eager(x, w, b, EPS),
+        "eager (unfused)": lambda: vertical_fusion.layernorm_eager(x, w, b, EPS),
         "your layernorm": lambda: layernorm(x, w, b, EPS),
         "F.layer_norm": lambda: torch.nn.functional.layer_norm(x, (H,), w, b, EPS),
         "torch.compile": lambda: compiled(x, w, b, EPS),
@@ -797,7 +796,7 @@ try:
     for off in offsets:
         x32 = base + off
         y = layernorm(x32.to(DEVICE), w64.to(DEVICE), b64.to(DEVICE), 1e-5).cpu()
-        yours_err.append(rel_err(y, ln_ops.layernorm_reference(x32, w64, b64, 1e-5)))
+        yours_err.append(rel_err(y, vertical_fusion.layernorm_reference(x32, w64, b64, 1e-5)))
 except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
     if not not_written(exc):
         raise
@@ -839,7 +838,7 @@ for h in tqdm(HS, desc="error against fp64"):
     gen = torch.Generator().manual_seed(h)
     x = torch.randn(ROWS, h, generator=gen).to(DEVICE)
     w = torch.ones(h, device=DEVICE)
-    ref = rms_ops.rmsnorm_reference(x, w, 1e-5)
+    ref = vertical_fusion.rmsnorm_reference(x, w, 1e-5)
     for d in acc_dtypes:
         out = rmsnorm_variants.rmsnorm_lowp_accumulator(x, w, 1e-5, acc_dtype=d)
         errors[str(d)].append(((out.double() - ref).norm() / ref.norm()).item())
@@ -859,7 +858,7 @@ for name, errs in errors.items():
     label = name.replace("torch.", "") + (" accumulator" if name.startswith("torch.") else "")
     line, = ax.loglog(HS, errs, "o-", label=label)
     if name.startswith("torch."):
-        c = rms_ops.sqrt_fit(HS, errs)
+        c = vertical_fusion.sqrt_fit(HS, errs)
         ax.loglog(HS, [c * h**0.5 for h in HS], "--", color=line.get_color(), alpha=0.6, label=f"√H fit ({label})")
 ax.set_xlabel("H (elements reduced per row)")
 ax.set_ylabel("||y − y_fp64|| / ||y_fp64||")
@@ -997,14 +996,14 @@ check("02.rmsnorm_repair", rmsnorm_repaired, criteria=["fusion"]).assert_passed(
 
 # %% nbgrader={"grade": false, "grade_id": "repair-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-repair_bytes = your_prediction(lambda: predicted_repair_bytes(M, H, 2), rms_ops.PREDICT_REPAIR, M, H, 2)
+repair_bytes = your_prediction(lambda: predicted_repair_bytes(M, H, 2), vertical_fusion.PREDICT_REPAIR, M, H, 2)
 versions = {}
 if ON_GPU:
     x = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
-    compiled = runtime.demo_compile(rms_ops.rmsnorm_eager)
+    compiled = runtime.demo_compile(vertical_fusion.rmsnorm_eager)
     versions = {
-        "eager (3 kernels)": lambda: rms_ops.rmsnorm_eager(x, w, EPS),
+        "eager (3 kernels)": lambda: vertical_fusion.rmsnorm_eager(x, w, EPS),
         "buggy (as given)": lambda: rmsnorm_buggy(x, w, EPS),
         "your repair": lambda: rmsnorm_repaired(x, w, EPS),
         "your one-pass rmsnorm": lambda: rmsnorm(x, w, EPS),
@@ -1191,13 +1190,13 @@ check("02.rmsnorm_backward", rmsnorm_backward, criteria=["fusion"]).assert_passe
 
 # %% nbgrader={"grade": false, "grade_id": "bwd-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-bwd_bytes = your_prediction(lambda: predicted_backward_bytes(M, H, 2), rms_ops.PREDICT_BACKWARD, M, H, 2)
+bwd_bytes = your_prediction(lambda: predicted_backward_bytes(M, H, 2), vertical_fusion.PREDICT_BACKWARD, M, H, 2)
 versions = {}
 if ON_GPU:
     x, dy = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
     versions = {
-        "eager autograd (forward + backward)": lambda: rms_ops.rmsnorm_backward_eager(x, w, dy, EPS),
+        "eager autograd (forward + backward)": lambda: vertical_fusion.rmsnorm_backward_eager(x, w, dy, EPS),
         "your rmsnorm_backward": lambda: rmsnorm_backward(x, w, dy, EPS),
     }
 model_bytes = {
@@ -1244,7 +1243,7 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
     print(f"not written yet: this needs your rmsnorm and rmsnorm_backward ({type(exc).__name__}: {exc})")
 else:
     xd, wd = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    rms_ops.rmsnorm_reference(xd, wd, 1e-5).backward(dy.double())
+    vertical_fusion.rmsnorm_reference(xd, wd, 1e-5).backward(dy.double())
     print(f"dx: relative error {((x.grad.double() - xd.grad).norm() / xd.grad.norm()).item():.2e}")
     print(f"dw: relative error {((w.grad.double() - wd.grad).norm() / wd.grad.norm()).item():.2e}")
 
@@ -1436,7 +1435,7 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
     print(f"not written yet: this needs your dropout_add_rmsnorm and rmsnorm_backward ({type(exc).__name__}: {exc})")
 else:
     leaves = [t.detach().double().requires_grad_() for t in (x_d, y_d, w_d)]
-    reference = drop_ops.dropout_add_rmsnorm_reference(*leaves, 0.2, 99, 1e-5)
+    reference = fused_dropout.dropout_add_rmsnorm_reference(*leaves, 0.2, 99, 1e-5)
     torch.autograd.backward(reference, (d_out.double(), d_h.double()))
     for name, mine, ref in zip(("dx", "dy", "dweight"), (x_d, y_d, w_d), leaves):
         print(f"{name}: relative error {((mine.grad.double() - ref.grad).norm() / ref.grad.norm()).item():.2e}")
@@ -1451,14 +1450,14 @@ else:
 
 # %% nbgrader={"grade": false, "grade_id": "drop-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
-drop_bytes = your_prediction(lambda: predicted_dropout_add_rmsnorm_bytes(M, H, 2), drop_ops.PREDICT_DROPOUT, M, H, 2)
+drop_bytes = your_prediction(lambda: predicted_dropout_add_rmsnorm_bytes(M, H, 2), fused_dropout.PREDICT_DROPOUT, M, H, 2)
 versions = {}
 if ON_GPU:
     x, y = torch.randn(2, M, H, device="cuda", dtype=torch.bfloat16).unbind(0)
     w = 1 + 0.1 * torch.randn(H, device="cuda", dtype=torch.bfloat16)
-    compiled = runtime.demo_compile(drop_ops.dropout_add_rmsnorm_eager)
+    compiled = runtime.demo_compile(fused_dropout.dropout_add_rmsnorm_eager)
     versions = {
-        "eager (mask, dropout, add, 3 kernels)": lambda: drop_ops.dropout_add_rmsnorm_eager(x, y, w, 0.1, 0, EPS),
+        "eager (mask, dropout, add, 3 kernels)": lambda: fused_dropout.dropout_add_rmsnorm_eager(x, y, w, 0.1, 0, EPS),
         "your dropout_add_rmsnorm": lambda: dropout_add_rmsnorm(x, y, w, 0.1, 1234, EPS),
         "your add_rmsnorm (no dropout)": lambda: add_rmsnorm(x, y, w, EPS),
         "torch.compile": lambda: compiled(x, y, w, 0.1, 0, EPS),

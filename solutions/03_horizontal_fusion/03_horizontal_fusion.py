@@ -55,9 +55,7 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.specs import horizontal_fusion as adamw_ops
-from autograder.specs import horizontal_fusion as qkv_ops
-from autograder.specs import horizontal_fusion as stats_ops
+from autograder.specs import horizontal_fusion
 from autograder.teach.plots import bars_against_model, launch_seconds, peaks, print_against_model
 from autograder.measure.timing import bench_versions, not_written
 from kernels import matmul as tiled  # the worked tiled matmul of section 3
@@ -149,7 +147,7 @@ except Exception as exc:  # noqa: BLE001  only a missing exercise is skipped
     if not not_written(exc):
         raise
     print("predicted_row_stats_bytes is not written yet: the grader's model stands in for it")
-    stats_bytes = stats_ops.predicted_row_stats_bytes_reference(STATS_M, STATS_N, 2)
+    stats_bytes = horizontal_fusion.predicted_row_stats_bytes_reference(STATS_M, STATS_N, 2)
 stats_model_ms = {name: n / (bw_gbps * 1e6) for name, n in zip(("eager (2 reductions)", "your row_sum_sumsq"),
                                                               stats_bytes)}
 print(f"{STATS_M} x {STATS_N} bf16 = {x_bytes / 2**20:.0f} MiB at {bw_gbps:.0f} GB/s ({peak_label}):")
@@ -259,8 +257,8 @@ check("03.row_sum_sumsq", row_sum_sumsq, criteria=["fusion"]).assert_passed("fus
 stats_ms = {}
 if ON_GPU:
     x = torch.randn(STATS_M, STATS_N, device="cuda", dtype=torch.bfloat16)
-    compiled_stats = runtime.demo_compile(stats_ops.row_sum_sumsq_eager)
-    stats_ms = bench_versions({"eager (2 reductions)": lambda: stats_ops.row_sum_sumsq_eager(x),
+    compiled_stats = runtime.demo_compile(horizontal_fusion.row_sum_sumsq_eager)
+    stats_ms = bench_versions({"eager (2 reductions)": lambda: horizontal_fusion.row_sum_sumsq_eager(x),
                                "torch.compile": lambda: compiled_stats(x),
                                "your row_sum_sumsq": lambda: row_sum_sumsq(x)}, desc="timing row statistics")
     del x
@@ -361,8 +359,8 @@ if ON_GPU:
     w_qkv = (torch.randn(N_Q + 2 * N_KV, K_DIM, device="cuda") / K_DIM**0.5).to(torch.bfloat16)
     for m in tqdm(MS, desc="timing QKV (cuBLAS)"):
         x = torch.randn(m, K_DIM, device="cuda", dtype=torch.bfloat16)
-        for name, f in (("three cuBLAS GEMMs", qkv_ops.qkv_projection_eager),
-                        ("one cuBLAS GEMM over W_qkv", qkv_ops.qkv_projection_concat)):
+        for name, f in (("three cuBLAS GEMMs", horizontal_fusion.qkv_projection_eager),
+                        ("one cuBLAS GEMM over W_qkv", horizontal_fusion.qkv_projection_concat)):
             qkv_us[name].append(1e3 * bench_ms(cuda_graph(lambda: f(x, w_qkv, N_KV))))
     del x, w_qkv
 
@@ -786,7 +784,7 @@ launch_us = {name: {} for name in VERSIONS}  # name -> {T: µs}: a version may l
 if ON_GPU:
     written, uncaptured = True, set()
     for t in TS:
-        lists = adamw_ops.random_adamw_state([NUMEL] * t)
+        lists = horizontal_fusion.random_adamw_state([NUMEL] * t)
         if written:  # your adamw_step, eagerly, then in a graph
             yours = {"one launch per tensor": lambda: one_launch_per_tensor(lists),
                      "one launch for all": lambda: adamw_step(*lists, *HYPER)}
@@ -801,7 +799,7 @@ if ON_GPU:
                         print(f"  {name}: no CUDA graph tried for more than {t} tensors")
                     else:
                         launch_us[name + ", CUDA graph"][t] = us
-        fused = adamw_ops.torch_adamw(*adamw_ops.random_adamw_state([NUMEL] * t), *HYPER, fused=True)
+        fused = horizontal_fusion.torch_adamw(*horizontal_fusion.random_adamw_state([NUMEL] * t), *HYPER, fused=True)
         launch_us["torch AdamW(fused=True)"][t] = 1e3 * bench_ms(fused)
     del lists, fused
 
@@ -870,7 +868,7 @@ try:
     for step in range(1, 6):
         grads = [torch.randn_like(p) * 0.1 for p in ours]
         adamw_step(ours, grads, m_ours, v_ours, step, **hyper)
-        adamw_ops.torch_adamw(theirs, [g.clone() for g in grads], m_theirs, v_theirs, step, **hyper, foreach=False)()
+        horizontal_fusion.torch_adamw(theirs, [g.clone() for g in grads], m_theirs, v_theirs, step, **hyper, foreach=False)()
 except Exception as exc:  # noqa: BLE001  only an unwritten exercise is skipped
     if not not_written(exc):
         raise
@@ -881,7 +879,7 @@ else:
     print(f"after 5 steps over {len(ours)} tensors: largest difference from torch.optim.AdamW, relative to the "
           f"tensor's largest value: {worst:.2e}")
 
-sizes = adamw_ops.model_like_sizes(torch.Generator().manual_seed(0))
+sizes = horizontal_fusion.model_like_sizes(torch.Generator().manual_seed(0))
 n_params = sum(sizes)
 adam_bytes = 7 * 4 * n_params
 adam_model_ms = adam_bytes / (bw_gbps * 1e6)
@@ -890,8 +888,8 @@ if ON_GPU:
     impls = {"torch foreach=False": dict(foreach=False), "torch foreach=True": dict(foreach=True),
              "torch fused=True": dict(fused=True)}
     for name, impl in tqdm(impls.items(), desc="timing torch.optim.AdamW"):
-        adam_ms[name] = bench_ms(adamw_ops.torch_adamw(*adamw_ops.random_adamw_state(sizes), *HYPER, **impl))
-    lists = adamw_ops.random_adamw_state(sizes)
+        adam_ms[name] = bench_ms(horizontal_fusion.torch_adamw(*horizontal_fusion.random_adamw_state(sizes), *HYPER, **impl))
+    lists = horizontal_fusion.random_adamw_state(sizes)
     adam_ms |= bench_versions({"your adamw_step": lambda: adamw_step(*lists, *HYPER)}, desc="timing your adamw_step")
     del lists
 

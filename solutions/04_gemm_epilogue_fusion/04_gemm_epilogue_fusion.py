@@ -67,9 +67,8 @@ import triton.language as tl
 from tqdm.auto import tqdm
 
 from autograder import check, runtime
-from autograder.specs import gemm_epilogue_fusion as epi_ops  # float64 reference and eager version of exercise 04.gemm_gelu_residual's op
-from autograder.specs import gemm_epilogue_fusion as swiglu_ops  # the same for exercise 04.swiglu's
-from autograder.specs import lora as lora_ops  # the same for exercise 04.lora's, with the weight merge
+from autograder.specs import gemm_epilogue_fusion  # float64 references and eager versions of 04.gemm_gelu_residual's and 04.swiglu's ops
+from autograder.specs import lora  # the same for exercise 04.lora's, with the weight merge
 from autograder.teach.plots import launch_seconds, peaks
 from autograder.measure.timing import bench_interleaved, bench_ms, cuda_graph, not_written, written_versions
 from kernels import matmul as tiled  # section 1's tiled matmul
@@ -341,7 +340,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
         raise
     print(f"predicted_epilogue_bytes is not written yet ({type(exc).__name__}): the model below uses the course's "
           "own count until you write it and run this cell again")
-    epilogue_bytes = epi_ops.epilogue_bytes_reference
+    epilogue_bytes = gemm_epilogue_fusion.epilogue_bytes_reference
 
 
 def epilogue_model_us(m, k, n, e=2):
@@ -517,14 +516,14 @@ check("04.gemm_gelu_residual", gemm_gelu_residual, criteria=["fusion"]).assert_p
 # %% nbgrader={"grade": false, "grade_id": "epilogue-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
 EAGER, MINE = "cuBLAS + eager epilogue", "your gemm_gelu_residual"
-EPI_VERSIONS = {EAGER: epi_ops.gemm_gelu_residual_eager, MINE: lambda x, w, b, r: gemm_gelu_residual(x, w, b, r)}
+EPI_VERSIONS = {EAGER: gemm_epilogue_fusion.gemm_gelu_residual_eager, MINE: lambda x, w, b, r: gemm_gelu_residual(x, w, b, r)}
 STYLES = {"cuBLAS matmul alone": ("x-", "0.5"), EAGER: ("o-", "C0"), MINE: ("^-", "C1"), "torch.compile": ("d-", "C3")}
 
 
 def time_epilogue(m, k, n, versions, with_compile=True):
     """{name: µs} at one shape: cuBLAS's product alone, each of `versions` (name -> f(x, w, b, r)) that is
     written, and torch.compile's version, timed in turns."""
-    x, w, b, r = epi_ops.random_epilogue_inputs(m, k, n)
+    x, w, b, r = gemm_epilogue_fusion.random_epilogue_inputs(m, k, n)
     calls = {"cuBLAS matmul alone": lambda: x @ w}
     calls.update({name: (lambda f=f: f(x, w, b, r)) for name, f in versions.items()})
     if with_compile:
@@ -552,7 +551,7 @@ def speedups(times, name, base=EAGER):
 
 epi_us, epi_k_us = {}, {}
 if ON_GPU:
-    compiled_epilogue = runtime.demo_compile(epi_ops.gemm_gelu_residual_eager)
+    compiled_epilogue = runtime.demo_compile(gemm_epilogue_fusion.gemm_gelu_residual_eager)
     print("Timing over M (torch.compile compiles on the way) ...")
     epi_us = sweep(MS_EPI, lambda m: (m, K_EPI, N_EPI), EPI_VERSIONS)
     print("Timing over K ...")
@@ -642,7 +641,7 @@ for k in KS_PREC:
     x, w, b, r = (t.to(PREC_DTYPE).to(DEVICE) for t in (
         torch.randn(64, k, generator=gen), torch.randn(k, 128, generator=gen) / k**0.5,
         0.5 * torch.randn(128, generator=gen), torch.randn(64, 128, generator=gen)))
-    exact = epi_ops.gemm_gelu_residual_reference(x, w, b, r)
+    exact = gemm_epilogue_fusion.gemm_gelu_residual_reference(x, w, b, r)
     once = rel_err(exact.to(PREC_DTYPE), exact)
     acc = x.double() @ w.double()
     y = (acc + b.double()).to(PREC_DTYPE)
@@ -980,9 +979,9 @@ def swiglu_tma(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> tor
 # %% [markdown] nbgrader={"grade": false, "grade_id": "swiglu-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your SwiGLU against the model
 #
-# The cell times, at decode and prefill, the two cuBLAS GEMMs alone, PyTorch eager (`autograder.ops`'
-# `swiglu_eager`), `torch.compile` of it, your `swiglu` and your `swiglu_tma`, as CUDA-graph replays taking
-# turns, beside the model's two bars. A kernel you have not written is left out.
+# The cell times, at decode and prefill, the two cuBLAS GEMMs alone, PyTorch eager (`swiglu_eager` of
+# `autograder.specs.gemm_epilogue_fusion`), `torch.compile` of it, your `swiglu` and your `swiglu_tma`, as
+# CUDA-graph replays taking turns, beside the model's two bars. A kernel you have not written is left out.
 
 # %% nbgrader={"grade": false, "grade_id": "swiglu-measure", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
@@ -990,12 +989,12 @@ SWIGLU_VERSIONS = {"your swiglu": lambda x, wg, wu: swiglu(x, wg, wu),
                    "your swiglu_tma": lambda x, wg, wu: swiglu_tma(x, wg, wu)}
 swiglu_us = {m: swiglu_model_us(m) for m in SWIGLU_MS}
 if ON_GPU:
-    compiled_swiglu = runtime.demo_compile(swiglu_ops.swiglu_eager, dynamic=False)
+    compiled_swiglu = runtime.demo_compile(gemm_epilogue_fusion.swiglu_eager, dynamic=False)
     for m in SWIGLU_MS:
         x = torch.randn(m, H_MODEL, device="cuda", dtype=torch.bfloat16)
         wg, wu = ((torch.randn(H_MODEL, H_MLP, device="cuda") / 64).to(torch.bfloat16) for _ in range(2))
         calls = {"two cuBLAS GEMMs alone": lambda: (x @ wg, x @ wu),
-                 "PyTorch eager": lambda: swiglu_ops.swiglu_eager(x, wg, wu),
+                 "PyTorch eager": lambda: gemm_epilogue_fusion.swiglu_eager(x, wg, wu),
                  "torch.compile": lambda: compiled_swiglu(x, wg, wu)}
         calls.update({name: (lambda f=f: f(x, wg, wu)) for name, f in SWIGLU_VERSIONS.items()})
         times = time_in_turns(calls, desc=f"SwiGLU, M = {m}")
@@ -1123,7 +1122,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
         raise
     print(f"predicted_lora_overhead is not written yet ({type(exc).__name__}): the model below uses the course's "
           "own count until you write it and run this cell again")
-    lora_overhead = lora_ops.lora_overhead_reference
+    lora_overhead = lora.lora_overhead_reference
 
 K_LORA, N_LORA, R_LORA = 4096, 4096, 16
 MS_LORA = runtime.demo_points([16, 64, 256, 1024, 4096, 16384])
@@ -1288,11 +1287,11 @@ if ON_GPU:
         w = (torch.randn(N_LORA, K_LORA, device="cuda", generator=gen) / K_LORA**0.5).to(torch.bfloat16)
         a = (torch.randn(R_LORA, K_LORA, device="cuda", generator=gen) / K_LORA**0.5).to(torch.bfloat16)
         b = (torch.randn(N_LORA, R_LORA, device="cuda", generator=gen) / R_LORA**0.5).to(torch.bfloat16)
-        w_merged = lora_ops.merge_lora(w, a, b, 2.0)
+        w_merged = lora.merge_lora(w, a, b, 2.0)
         if merge_ms is None:
-            merge_ms = bench_ms(lambda: lora_ops.merge_lora(w, a, b, 2.0))
-        calls = {BASE: lambda: x @ w.t(), UNFUSED_LORA: lambda: lora_ops.lora_eager(x, w, a, b, 2.0),
-                 MERGED: lambda: lora_ops.lora_merged(x, w_merged)}
+            merge_ms = bench_ms(lambda: lora.merge_lora(w, a, b, 2.0))
+        calls = {BASE: lambda: x @ w.t(), UNFUSED_LORA: lambda: lora.lora_eager(x, w, a, b, 2.0),
+                 MERGED: lambda: lora.lora_merged(x, w_merged)}
         if lora_written:
             calls[MY_LORA] = lambda: lora_linear(x, w, a, b, 2.0)
         times = time_in_turns(calls, desc=f"LoRA, M = {m}")

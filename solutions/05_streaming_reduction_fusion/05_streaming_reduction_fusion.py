@@ -77,10 +77,8 @@ from tqdm.auto import tqdm
 from autograder import check, runtime
 from autograder.guard.largest import largest_allocation
 from autograder.measure import sizes
-from autograder.specs import streaming_reduction_fusion as attn_ops
-from autograder.specs import streaming_reduction_fusion as ce_ops
-from autograder.specs import streaming_reduction_fusion as sm_ops
-from autograder.specs import streaming_softmax as router_ops
+from autograder.specs import streaming_reduction_fusion
+from autograder.specs import streaming_softmax
 from autograder.teach.plots import bars_against_model, peaks, print_against_model
 from autograder.measure.timing import not_written, written_versions
 from autograder.measure.timing import extra_bytes as measured_extra_bytes
@@ -440,7 +438,7 @@ def softmax_online(x, block=4096):
 
 if FORCED_ONLINE:
     x_small = 10 * torch.randn(3, 5000, device=DEVICE)
-    err = rel_err(softmax_online(x_small, 1024), sm_ops.softmax_reference(x_small))
+    err = rel_err(softmax_online(x_small, 1024), streaming_reduction_fusion.softmax_reference(x_small))
     print(f"your online loop forced on 3 x 5000 float32: relative error {err:.1e}")
 elif softmax_written:
     print("your softmax launches no _softmax_kernel with the skeleton's parameters: its online loop is not forced "
@@ -457,7 +455,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
         raise
     print(f"predicted_softmax_bytes is not written yet ({type(exc).__name__}): the model lines use the course's "
           "own count until you write it and run this cell again")
-    SM_PREDICTED = router_ops.predicted_softmax_bytes_reference(M_SM, N_SM, 2)
+    SM_PREDICTED = streaming_softmax.predicted_softmax_bytes_reference(M_SM, N_SM, 2)
 SM_EAGER_X, SM_ONE_X, SM_ONLINE_X = (b / x_bytes for b in SM_PREDICTED)  # the predictions in units of |x|
 sm_model_ms = {"eager (5 kernels)": SM_EAGER_X * x_bytes / (bw_gbps * 1e6),  # ms: bytes / (GB/s · 1e6)
                "your softmax": SM_ONE_X * x_bytes / (bw_gbps * 1e6)}
@@ -467,22 +465,22 @@ SM_NS = runtime.demo_points([1024, 4096, 16384, 65536, 262144])  # three of them
 sm_gbps = {}  # version -> effective GB/s at each row length
 if ON_GPU:
     x = torch.randn(M_SM, N_SM, device="cuda", dtype=torch.bfloat16)
-    compiled_softmax = runtime.demo_compile(sm_ops.softmax_eager, dynamic=False)
-    calls = {"eager (5 kernels)": lambda: sm_ops.softmax_eager(x),
+    compiled_softmax = runtime.demo_compile(streaming_reduction_fusion.softmax_eager, dynamic=False)
+    calls = {"eager (5 kernels)": lambda: streaming_reduction_fusion.softmax_eager(x),
              "torch.softmax": lambda: torch.softmax(x, -1),
              "torch.compile": lambda: compiled_softmax(x),
              "your softmax": lambda: softmax(x)}
     sm_ms = timed_in_turns(calls, desc=f"softmax, {M_SM} x {N_SM}")
     for n in tqdm(SM_NS, desc="softmax over row lengths"):
         x = torch.randn(SM_ELEMENTS // n, n, device="cuda", dtype=torch.bfloat16)
-        calls = {"eager (5 kernels)": lambda: sm_ops.softmax_eager(x),
+        calls = {"eager (5 kernels)": lambda: streaming_reduction_fusion.softmax_eager(x),
                  "torch.softmax": lambda: torch.softmax(x, -1)}
         if "your softmax" in sm_ms:  # written (the line above says when it is not)
             calls["yours as launched"] = lambda: softmax(x)
         if FORCED_ONLINE:
             calls["yours, online loop forced"] = lambda: softmax_online(x)
         for name, ms in timed_in_turns(calls, desc=f"N = {n}").items():
-            sm_gbps.setdefault(name, []).append(sm_ops.softmax_bytes(x) / (ms * 1e6))
+            sm_gbps.setdefault(name, []).append(streaming_reduction_fusion.softmax_bytes(x) / (ms * 1e6))
     del x
 
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 4.2))
@@ -731,7 +729,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
     if not not_written(exc):
         raise
     print("predicted_router_bytes is not written yet: the model uses the course's own count")
-    rt_bytes = router_ops.predicted_router_bytes_reference(RT_T, RT_E, RT_K, 2)
+    rt_bytes = streaming_softmax.predicted_router_bytes_reference(RT_T, RT_E, RT_K, 2)
 # Eager, kernel by kernel: softmax (read 2 TE, write 4 TE), topk (read 4 TE, write 12 Tk), sum (read 4 Tk,
 # write 4 T), division (read 4 Tk + 4 T, write 4 Tk).
 rt_eager_bytes = RT_T * RT_E * (2 + 4 + 4) + RT_T * RT_K * (12 + 4 + 8) + 8 * RT_T
@@ -739,8 +737,8 @@ rt_model_ms = {"eager": rt_eager_bytes / (bw_gbps * 1e6), "your moe_router": rt_
 rt_ms = {}
 if ON_GPU:
     logits = torch.randn(RT_T, RT_E, device="cuda", dtype=torch.bfloat16)
-    compiled_router = runtime.demo_compile(router_ops.router_eager, dynamic=False)
-    calls = {"eager": lambda: router_ops.router_eager(logits, RT_K),
+    compiled_router = runtime.demo_compile(streaming_softmax.router_eager, dynamic=False)
+    calls = {"eager": lambda: streaming_softmax.router_eager(logits, RT_K),
              "torch.compile": lambda: compiled_router(logits, RT_K)}
     if router_written:
         calls["your moe_router"] = lambda: moe_router(logits, RT_K)
@@ -942,7 +940,7 @@ TORCH_NS = runtime.demo_points([256, 512, 1024, 2048])
 torch_largest = {"one shot (attention_naive)": [], "your flash_attention_torch": []}
 for n in TORCH_NS:
     q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
-    torch_largest["one shot (attention_naive)"].append(largest_allocation(lambda: attn_ops.attention_naive(q, k, v))[1])
+    torch_largest["one shot (attention_naive)"].append(largest_allocation(lambda: streaming_reduction_fusion.attention_naive(q, k, v))[1])
     try:
         (o, lse), largest = largest_allocation(lambda: flash_attention_torch(q, k, v, True))
     except Exception as exc:  # noqa: BLE001  only an exercise not written yet is passed over
@@ -1207,12 +1205,12 @@ def causal_share(n, block_m=ATT_TILES[0], block_n=ATT_TILES[1]):
     return seen / (q_blocks * kv_tiles)
 
 
-ATT_VERSIONS = {"naive (S and P in memory)": attn_ops.attention_naive,
+ATT_VERSIONS = {"naive (S and P in memory)": streaming_reduction_fusion.attention_naive,
                 "your flash_attention": lambda q, k, v, causal: flash_attention(q, k, v, causal)}
 if ON_GPU:  # yours through the copy engine, if you wrote it (the optional exercise)
     ATT_VERSIONS["your flash_attention_tma"] = lambda q, k, v, causal: flash_attention_tma(q, k, v, causal)
     ATT_VERSIONS["SDPA"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    ATT_VERSIONS.update({name: attn_ops.sdpa_with_backend(be) for name, be in attn_ops.SDPA_BACKENDS.items()})
+    ATT_VERSIONS.update({name: streaming_reduction_fusion.sdpa_with_backend(be) for name, be in streaming_reduction_fusion.SDPA_BACKENDS.items()})
 att_mem = {name: [] for name in ATT_VERSIONS}
 att_ms = {}  # "version" or "version, causal" -> ms at each N (NaN where not run)
 not_yet = set()  # versions whose exercise is not written
@@ -1261,7 +1259,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is pa
         raise
     print(f"predicted_attention_bytes is not written yet ({type(exc).__name__}): the naive model line uses the "
           "course's own count until you write it and run this cell again")
-    attention_bytes = attn_ops.attention_traffic_reference
+    attention_bytes = streaming_reduction_fusion.attention_traffic_reference
 # Naive: the flops, plus the bytes it moves beyond FlashAttention's (the passes over S and P), at copy bandwidth.
 model_naive_ms = [f + 1e3 * (lambda nf: nf[0] - nf[1])(attention_bytes(ATT_B, ATT_H, n, ATT_D, ATT_E)) / (bw_gbps * 1e9)
                   for f, n in zip(model_flash_ms, ATT_NS)]
@@ -1285,7 +1283,7 @@ bx.set_ylabel("ms")
 bx.set_title(f"time, {peak_label}" + ("" if ON_GPU else "\nmodel only, no GPU here"))
 cx.semilogx(ns, [causal_share(n) for n in ATT_NS], "k--",
             label=f"model: share of key tiles visited ({ATT_TILES[0]} x {ATT_TILES[1]} tiles)")
-for name in ("your flash_attention", "your flash_attention_tma", "SDPA", *attn_ops.SDPA_BACKENDS):
+for name in ("your flash_attention", "your flash_attention_tma", "SDPA", *streaming_reduction_fusion.SDPA_BACKENDS):
     if name in att_ms and f"{name}, causal" in att_ms:
         cx.semilogx(ns, np.array(att_ms[f"{name}, causal"]) / np.array(att_ms[name]), "o-", label=name)
 cx.axhline(0.5, color="gray", lw=1)
@@ -1571,7 +1569,7 @@ ce_mem = {"eager (logits in memory)": [], YOURS: []}
 for v in tqdm(CE_VS, desc="cross-entropy memory over vocabulary sizes"):
     w = (torch.randn(v, CE_K, device=DEVICE) / CE_K**0.5).to(CE_DTYPE)
     targets = torch.randint(0, v, (CE_M,), device=DEVICE)
-    ce_mem["eager (logits in memory)"].append(extra_bytes(lambda: ce_ops.linear_cross_entropy_eager(h, w, targets)))
+    ce_mem["eager (logits in memory)"].append(extra_bytes(lambda: streaming_reduction_fusion.linear_cross_entropy_eager(h, w, targets)))
     if YOURS not in ce_mem:
         continue
     try:
@@ -1582,7 +1580,7 @@ for v in tqdm(CE_VS, desc="cross-entropy memory over vocabulary sizes"):
         print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
         del ce_mem[YOURS]
         continue
-    diff = (loss - ce_ops.linear_cross_entropy_eager(h.float(), w.float(), targets)).abs().max()
+    diff = (loss - streaming_reduction_fusion.linear_cross_entropy_eager(h.float(), w.float(), targets)).abs().max()
     print(f"V={v}: your loss against eager PyTorch in float32, largest difference {float(diff):.2e}")
     ce_mem[YOURS].append(extra_bytes(lambda: linear_cross_entropy(h, w, targets)))
 
@@ -1591,9 +1589,9 @@ gemm_ms = 1e3 * 2 * CE_M * CE_VS[-1] * CE_K / (peak_tflops * 1e12)
 ce_model_ms = {"eager": gemm_ms + 1e3 * 16 * CE_M * CE_VS[-1] / (bw_gbps * 1e9), YOURS: gemm_ms,
                "your linear_cross_entropy_tma": gemm_ms, "cuBLAS logits alone": gemm_ms}
 if ON_GPU:
-    compiled_ce = runtime.demo_compile(ce_ops.linear_cross_entropy_eager, dynamic=False)
+    compiled_ce = runtime.demo_compile(streaming_reduction_fusion.linear_cross_entropy_eager, dynamic=False)
     calls = {"cuBLAS logits alone": lambda: h @ w.t(),
-             "eager": lambda: ce_ops.linear_cross_entropy_eager(h, w, targets),
+             "eager": lambda: streaming_reduction_fusion.linear_cross_entropy_eager(h, w, targets),
              "torch.compile": lambda: compiled_ce(h, w, targets),
              YOURS: lambda: linear_cross_entropy(h, w, targets),
              "your linear_cross_entropy_tma": lambda: linear_cross_entropy_tma(h, w, targets)}

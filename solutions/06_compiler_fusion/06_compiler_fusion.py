@@ -67,10 +67,8 @@ from autograder import check, runtime
 from autograder.measure import sizes
 from autograder.measure.inductor import (gpu_kernel_table, gpu_timeline, graph_report, kernel_source, launches_in_code,
                                  print_kernel_table, quiet, run_code)
-from autograder.specs import compiler_fusion as fq_ops
-from autograder.specs import streaming_reduction_fusion as ce_ops
-from autograder.specs import vertical_fusion as rms_ops
-from autograder.specs import compiler_fusion as ra_ops
+from autograder.specs import compiler_fusion
+from autograder.specs import streaming_reduction_fusion
 from autograder.teach.plots import bars_against_model, launch_seconds, peaks, print_against_model
 from autograder.measure.timing import bench_ms, bench_versions, not_written, peak_extra_bytes, written_versions
 from kernels.matmul import check_gemm_inputs, dot_precision, grouped_tile, tile_dot  # notebooks 04 and 05's helpers
@@ -80,7 +78,7 @@ print(profile.describe())
 ON_GPU = runtime.has_gpu()
 DEVICE = runtime.device()
 bw_gbps, peak_tflops, peak_label = peaks(profile)
-LEVELS = fq_ops.LEVELS  # 127: int8's largest magnitude, as the fake quantization of section 4 uses it
+LEVELS = compiler_fusion.LEVELS  # 127: int8's largest magnitude, as the fake quantization of section 4 uses it
 cpu_compiles_left = 2  # Inductor builds C++ on a CPU: tens of seconds a function
 
 
@@ -547,7 +545,7 @@ for fn in (scale_by_max, positives_doubled, logged, branch_free):
 # ### What a break costs: a fake quantization with `.item()`
 #
 # Quantization-aware training simulates int8 in the forward pass: scale a tensor so its largest magnitude maps
-# to 127, round, clamp, scale back. Written the obvious way (`fq_ops.fake_quant_broken`, shown in full in
+# to 127, round, clamp, scale back. Written the obvious way (`compiler_fusion.fake_quant_broken`, shown in full in
 # section 4), it takes the largest magnitude with `.item()` and branches on it in Python. Compiled, that is two
 # graphs around a host sync: the reduction runs, its result is copied to the host, Python decides, and the
 # pointwise part is launched. The floor is two reads of `x` and one write (the maximum first, then the pointwise
@@ -568,9 +566,9 @@ fq_ms = {}
 if ON_GPU and may_compile("fake quantization with .item(), compiled"):
     xq = torch.randn(*FQ_SHAPE, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
-    fq_broken_compiled = torch.compile(fq_ops.fake_quant_broken)
+    fq_broken_compiled = torch.compile(compiler_fusion.fake_quant_broken)
     with quiet():
-        fq_ms = bench_versions({"eager": lambda: fq_ops.fake_quant_broken(xq),
+        fq_ms = bench_versions({"eager": lambda: compiler_fusion.fake_quant_broken(xq),
                                 "compiled, with the break": lambda: fq_broken_compiled(xq)}, desc="fake quant")
     print_kernel_table(gpu_kernel_table(fq_broken_compiled, xq), "GPU events of one compiled call:")
     fig, ax = plt.subplots(figsize=(8, 2.6))
@@ -579,7 +577,7 @@ if ON_GPU and may_compile("fake quantization with .item(), compiled"):
     plt.show()
     print_against_model(names, fq_ms, fq_model, 3 * fq_bytes, bw_gbps)
 elif not ON_GPU:
-    print("No GPU: not timed. The break itself shows on any machine: graph_report(fq_ops.fake_quant_broken, x) "
+    print("No GPU: not timed. The break itself shows on any machine: graph_report(compiler_fusion.fake_quant_broken, x) "
           "before exercise 06.fake_quant.")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attn-md", "locked": true, "schema_version": 3, "solution": false}
@@ -651,7 +649,7 @@ elif not ON_GPU:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "ce-md", "locked": true, "schema_version": 3, "solution": false}
 # ### A cross-entropy over a large vocabulary
 #
-# The same limit, seen in memory: a linear layer followed by cross-entropy (`ce_ops.linear_cross_entropy_eager`)
+# The same limit, seen in memory: a linear layer followed by cross-entropy (`streaming_reduction_fusion.linear_cross_entropy_eager`)
 # compiled fuses the cast and the log-softmax, but the logits come out of a cuBLAS product and must exist in full
 # before any of it runs. The cell measures the peak memory one call allocates beyond its inputs
 # (`torch.cuda.max_memory_allocated`) and its time, eager, compiled and your notebook-05 `linear_cross_entropy`
@@ -666,9 +664,9 @@ if ON_GPU and may_compile("linear + cross-entropy, compiled"):
     w = (torch.randn(ce_v, CE_K, device="cuda") / CE_K**0.5).to(torch.bfloat16)
     targets = torch.randint(0, ce_v, (CE_M,), device="cuda")
     torch._dynamo.reset()
-    ce_compiled = torch.compile(ce_ops.linear_cross_entropy_eager, dynamic=False)
+    ce_compiled = torch.compile(streaming_reduction_fusion.linear_cross_entropy_eager, dynamic=False)
     logits_bytes = CE_M * ce_v * 2
-    ce_fns = written_versions({"eager": lambda: ce_ops.linear_cross_entropy_eager(h, w, targets),
+    ce_fns = written_versions({"eager": lambda: streaming_reduction_fusion.linear_cross_entropy_eager(h, w, targets),
                                "compiled": lambda: ce_compiled(h, w, targets),  # its first call compiles, here
                                "yours (notebook 05)": lambda: yours("linear_cross_entropy")(h, w, targets)},
                               desc="linear + cross-entropy")
@@ -933,10 +931,10 @@ elif not ON_GPU:
 # %% nbgrader={"grade": false, "grade_id": "fq-report", "locked": true, "schema_version": 3, "solution": false}
 # demonstration (not graded; the grader skips this cell)
 x_fq = torch.randn(256, 256, device=DEVICE, dtype=torch.bfloat16 if ON_GPU else torch.float32)
-print(f"fake_quant_broken: {graph_report(fq_ops.fake_quant_broken, x_fq)}")
+print(f"fake_quant_broken: {graph_report(compiler_fusion.fake_quant_broken, x_fq)}")
 if ON_GPU and may_compile("fake_quant_broken, compiled"):
     torch._dynamo.reset()
-    _, code = run_code(torch.compile(fq_ops.fake_quant_broken), x_fq)
+    _, code = run_code(torch.compile(compiler_fusion.fake_quant_broken), x_fq)
     print(f"its compiled form launches, graph by graph: {launches_in_code(code)}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "fq-ex-md", "locked": true, "schema_version": 3, "solution": false}
@@ -1027,9 +1025,9 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is le
 if ON_GPU and FQ_WRITTEN and may_compile("fake quant, yours against the broken version"):
     xq = torch.randn(*FQ_SHAPE, device="cuda", dtype=torch.bfloat16)
     torch._dynamo.reset()
-    broken_c, yours_c = torch.compile(fq_ops.fake_quant_broken), torch.compile(fake_quant)
+    broken_c, yours_c = torch.compile(compiler_fusion.fake_quant_broken), torch.compile(fake_quant)
     with quiet():
-        fq_ms = bench_versions({"eager": lambda: fq_ops.fake_quant_broken(xq),
+        fq_ms = bench_versions({"eager": lambda: compiler_fusion.fake_quant_broken(xq),
                                 "compiled, with the break": lambda: broken_c(xq),
                                 "your fake_quant, compiled": lambda: yours_c(xq)}, desc="fake quant")
     fq_model["your fake_quant, compiled"] = model_ms(3 * fq_bytes)
@@ -1515,7 +1513,7 @@ if ON_GPU:
         times = bench_versions(versions, desc=shape_name)
         for i, name in enumerate(row_names):
             if name in times:
-                frac[i, j] = ra_ops.row_argmax_bytes(x) / (times[name] * 1e6) / bw_gbps
+                frac[i, j] = compiler_fusion.row_argmax_bytes(x) / (times[name] * 1e6) / bw_gbps
         chosen = getattr(globals().get("_row_argmax_tuned"), "best_config", None)
         if chosen is not None:
             print(f"{shape_name}: your autotuner chose {chosen}")

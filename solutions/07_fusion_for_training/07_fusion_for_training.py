@@ -67,10 +67,9 @@ from tqdm.auto import tqdm
 
 from autograder import check, runtime
 from autograder.measure import sizes
-from autograder.specs import streaming_reduction_fusion as attn_ops
-from autograder.specs import fusion_for_training as bwd_ops
+from autograder.specs import streaming_reduction_fusion
+from autograder.specs import fusion_for_training
 from autograder.specs import decoder as dec
-from autograder.specs import fusion_for_training as ce_ops
 from autograder.specs.decoder import DecoderConfig, check_parameters
 from autograder.teach.plots import kernel_timeline, peaks
 from autograder.specs.text_corpus import batches, load_corpus, token_ids
@@ -184,7 +183,7 @@ check("07.predict_saved", saved_for_backward, criteria=["correctness"]).assert_p
 # %% [markdown] nbgrader={"grade": false, "grade_id": "saved-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Measured: a saved-tensor hook
 #
-# The cell measures what autograd saves, with a saved-tensor hook (`bwd_ops.saved_bytes`: a function
+# The cell measures what autograd saves, with a saved-tensor hook (`fusion_for_training.saved_bytes`: a function
 # `torch.autograd.graph.saved_tensors_hooks` calls for every tensor an op keeps, which adds up their storages),
 # for the textbook attention and for PyTorch's own fused attention (SDPA), against `N`, and draws your
 # prediction beside it: quadratic against linear.
@@ -206,9 +205,9 @@ saved = {"textbook attention (autograd saves P)": [], "SDPA (saves o and the log
 for n in tqdm(SAVE_NS, desc="saved tensors over sequence lengths"):
     q, k, v = (torch.randn(SAVE_B, SAVE_H, n, SAVE_D, device=DEVICE, dtype=SAVE_DTYPE, requires_grad=True)
                for _ in range(3))
-    saved["textbook attention (autograd saves P)"].append(bwd_ops.saved_bytes(attention_textbook, q, k, v))
+    saved["textbook attention (autograd saves P)"].append(fusion_for_training.saved_bytes(attention_textbook, q, k, v))
     saved["SDPA (saves o and the log-sum-exp)"].append(
-        bwd_ops.saved_bytes(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), q, k, v))
+        fusion_for_training.saved_bytes(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), q, k, v))
     del q, k, v
 ns = np.array(SAVE_NS, dtype=float)
 e = SAVE_DTYPE.itemsize
@@ -425,7 +424,7 @@ except Exception as exc:  # noqa: BLE001  only an exercise not written yet is le
     counted = {}
 fl_ms = {}
 if ON_GPU and counted:
-    sdpa_backward_alone = bwd_ops.SdpaBackward()
+    sdpa_backward_alone = fusion_for_training.SdpaBackward()
     for n in tqdm(FL_NS, desc="SDPA forward and backward over sequence lengths"):
         for causal in (False, True):
             q, k, v, do = (torch.randn(FL_B, FL_H, n, FL_D, device=DEVICE, dtype=torch.bfloat16) for _ in range(4))
@@ -654,7 +653,7 @@ DBG_SHAPE, DBG_BLOCK = (1, 2, 100, 64), 32
 dbg_gen = torch.Generator().manual_seed(0)
 q, k, v, do = (torch.randn(DBG_SHAPE, generator=dbg_gen).to(DEVICE) for _ in range(4))
 for causal in (False, True):
-    exact_o, exact_lse = bwd_ops.attention_forward_outputs(q, k, v, causal)
+    exact_o, exact_lse = fusion_for_training.attention_forward_outputs(q, k, v, causal)
     try:
         o, lse = flash_attention_torch(q, k, v, causal, block_m=DBG_BLOCK, block_n=DBG_BLOCK)
         print(f"causal={causal}: your tiled forward against the exact one, largest difference: o "
@@ -672,7 +671,7 @@ for causal in (False, True):
             raise
         print(f"flash_attention_backward is not written yet ({type(exc).__name__}): nothing to compare")
         break
-    exact = bwd_ops.attention_backward_reference(q, k, v, o, lse, do, causal)
+    exact = fusion_for_training.attention_backward_reference(q, k, v, o, lse, do, causal)
     for name, g, x, kernel in zip(("dq", "dk", "dv"), got, exact, ("_dq_kernel", "_dkdv_kernel", "_dkdv_kernel")):
         where = first_differing_block(g, x, DBG_BLOCK)
         if where is None:
@@ -707,15 +706,15 @@ def bwd_flops(n, causal=False):
 
 versions = {YOURS: lambda *a: flash_attention_backward(*a)}
 if ON_GPU:
-    versions["SDPA backward"] = bwd_ops.SdpaBackward()
-    versions.update({f"{name} backward": bwd_ops.sdpa_backward_with_backend(be)
-                     for name, be in attn_ops.SDPA_BACKENDS.items()})
-    versions["autograd, textbook attention"] = bwd_ops.attention_backward_eager
+    versions["SDPA backward"] = fusion_for_training.SdpaBackward()
+    versions.update({f"{name} backward": fusion_for_training.sdpa_backward_with_backend(be)
+                     for name, be in streaming_reduction_fusion.SDPA_BACKENDS.items()})
+    versions["autograd, textbook attention"] = fusion_for_training.attention_backward_eager
 att_tflops, left_out = {}, set()
 for n in tqdm(ATT_NS, desc="attention backward over sequence lengths"):
     for causal in (False, True):
         q, k, v, do = (torch.randn(ATT_B, ATT_H, n, ATT_D, device=DEVICE, dtype=ATT_DTYPE) for _ in range(4))
-        o, lse = bwd_ops.attention_forward_outputs(q, k, v, causal)
+        o, lse = fusion_for_training.attention_forward_outputs(q, k, v, causal)
         args = (q, k, v, o, lse, do, causal)
         if not ON_GPU:
             if YOURS in left_out:
@@ -728,7 +727,7 @@ for n in tqdm(ATT_NS, desc="attention backward over sequence lengths"):
                 print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
                 left_out.add(YOURS)
                 continue
-            exact = bwd_ops.attention_backward_reference(*args)
+            exact = fusion_for_training.attention_backward_reference(*args)
             print(f"N={n:<4} causal={causal!s:<5} relative error against float64: " + ", ".join(
                 f"{name} {rel_err(g, x):.2e}" for name, g, x in zip(("dq", "dk", "dv"), got, exact)))
             continue
@@ -984,7 +983,7 @@ outputs = lambda m: LB_DTYPE.itemsize * (m * LB_K + LB_V * LB_K) + 4  # noqa: E7
 for m in tqdm(LB_MS, desc="memory beyond the outputs over rows"):
     h = torch.randn(m, LB_K, device=DEVICE, dtype=LB_DTYPE)
     targets = torch.randint(0, LB_V, (m,), device=DEVICE)
-    held["eager"].append(extra_bytes(lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets)) - outputs(m))
+    held["eager"].append(extra_bytes(lambda: fusion_for_training.linear_cross_entropy_backward_eager(h, w, targets)) - outputs(m))
     if YOURS in held:
         try:
             linear_cross_entropy_forward_backward(h, w, targets)  # first call: compilation
@@ -1068,7 +1067,7 @@ for v in tqdm(CE_VS, desc="cross-entropy forward and backward over vocabulary si
     w = (torch.randn(v, CE_K, device=DEVICE) / CE_K**0.5).to(CE_DTYPE)
     targets = torch.randint(0, v, (CE_M,), device=DEVICE)
     ce_mem["eager (logits and their gradient in memory)"].append(
-        extra_bytes(lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets)))
+        extra_bytes(lambda: fusion_for_training.linear_cross_entropy_backward_eager(h, w, targets)))
     if YOURS not in ce_mem:
         continue
     try:
@@ -1079,7 +1078,7 @@ for v in tqdm(CE_VS, desc="cross-entropy forward and backward over vocabulary si
         print(f"{YOURS}: left out, its exercise is not written yet ({type(exc).__name__}: {exc})")
         del ce_mem[YOURS]
         continue
-    exact = ce_ops.linear_cross_entropy_backward_reference(h, w, targets)
+    exact = fusion_for_training.linear_cross_entropy_backward_reference(h, w, targets)
     print(f"V={v}: relative error against float64: " + ", ".join(
         f"{name} {rel_err(g, x):.1e}" for name, g, x in zip(("loss", "dh", "dw"), (loss, dh, dw), exact)))
     ce_mem[YOURS].append(extra_bytes(lambda: linear_cross_entropy_forward_backward(h, w, targets)))
@@ -1087,8 +1086,8 @@ for v in tqdm(CE_VS, desc="cross-entropy forward and backward over vocabulary si
 
 ce_ms, ce_mem_last = {}, {}
 if ON_GPU:
-    compiled_ce = runtime.demo_compile(ce_ops.linear_cross_entropy_backward_eager, dynamic=False)
-    calls = {"eager": lambda: ce_ops.linear_cross_entropy_backward_eager(h, w, targets),
+    compiled_ce = runtime.demo_compile(fusion_for_training.linear_cross_entropy_backward_eager, dynamic=False)
+    calls = {"eager": lambda: fusion_for_training.linear_cross_entropy_backward_eager(h, w, targets),
              "torch.compile": lambda: compiled_ce(h, w, targets),
              YOURS: lambda: linear_cross_entropy_forward_backward(h, w, targets)}
     ce_ms = timed_in_turns(calls, desc=f"forward and backward, V = {CE_VS[-1]}", rep=20)

@@ -58,7 +58,7 @@ from autograder import check, runtime
 from autograder.measure import capability
 from autograder.measure.meters import TritonLaunches
 from autograder.measure.timing import bench_interleaved, bench_ms, not_written, written_versions
-from autograder.specs import streaming_reduction_fusion as attn_ops
+from autograder.specs import streaming_reduction_fusion
 from autograder.teach import profiling
 from autograder.teach.plots import peaks
 
@@ -100,8 +100,8 @@ def sdpa_versions(causal: bool = False) -> dict:
     """f(q, k, v) for SDPA as it chooses, and with its cuDNN and FlashAttention-2 backends forced (a backend this
     GPU or build lacks is named and left out when timed)."""
     out = {"SDPA (its own choice)": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
-    for name, backend in attn_ops.SDPA_BACKENDS.items():
-        forced = attn_ops.sdpa_with_backend(backend)
+    for name, backend in streaming_reduction_fusion.SDPA_BACKENDS.items():
+        forced = streaming_reduction_fusion.sdpa_with_backend(backend)
         out[name] = lambda q, k, v, forced=forced: forced(q, k, v, causal)
     return out
 
