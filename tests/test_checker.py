@@ -83,6 +83,8 @@ def test_cell_errors_are_reported_and_grading_goes_on(tmp_path):
              "def chain_times(n, s, bw, l):\n    return n * (2 * s / bw + l), 2 * s / bw + l"]
     result = checker.run(_write(tmp_path, cells), timeout=300, criteria=["correctness"])
     assert [e["error"] for e in result["cell_errors"]] == ["RuntimeError: boom"]
+    assert len(result["cell_seconds"]) == len(cells)  # every code cell timed, the one that raised too
+    assert all(isinstance(i, int) and seconds >= 0 for i, seconds in result["cell_seconds"])
     by_id = {r.exercise: r for r in result["reports"]}
     assert by_id["01.cost_model"].passed
     assert "01.fused_chain" in result["not_started"] and "01.fused_chain" not in by_id  # never defined: one line

@@ -139,12 +139,12 @@ def _run_child(path: Path, result_file: Path, env: dict, timeout: float, criteri
     reports = [Report(r["exercise"], [CriterionResult(**c) for c in r["results"]], notes=r.get("notes", []))
            for r in data["reports"] if not r.get("not_started")]
     not_started = [r["exercise"] for r in data["reports"] if r.get("not_started")]
-    return _result(path, reports, data["cell_errors"], log, not_started)
+    return _result(path, reports, data["cell_errors"], log, not_started, data.get("cell_seconds", []))
 
 
-def _result(path, reports, cell_errors, log, not_started=()) -> dict:
+def _result(path, reports, cell_errors, log, not_started=(), cell_seconds=()) -> dict:
     return {"notebook": str(path), "reports": reports, "cell_errors": cell_errors, "log": "".join(log),
-            "not_started": list(not_started)}
+            "not_started": list(not_started), "cell_seconds": [tuple(c) for c in cell_seconds]}
 
 
 def _stub_stopped(error: dict) -> bool:
