@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from autograder import check, config
 from autograder import specs as registry
 from autograder.criteria import compiled
-from autograder.criteria import performance as grade_perf
+from autograder.criteria import performance
 from autograder.measure import device
 from autograder.specs.exercise import Shape, TrainingExercise
 from kernels import multi_tensor_adamw, rmsnorm_variants
@@ -92,7 +92,7 @@ def _grade(ex_id: str, fn, shape: tuple | None):
         ex = dataclasses.replace(ex, timed=dataclasses.replace(ex.timed, perf_shape=Shape(tuple(shape))))
         return compiled.compiled_performance(ex, fn, config.load())
     ex = dataclasses.replace(ex, perf_shape=Shape(tuple(shape)))
-    return grade_perf.performance(ex, fn, config.load())
+    return performance.performance(ex, fn, config.load())
 
 
 def measure(rounds: int, only: list[str] | None = None, echo=print, naive_rounds: int | None = None,

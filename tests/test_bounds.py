@@ -1,7 +1,7 @@
 """Bounds that PyTorch meets: the grader's tolerances and precision bounds, applied to PyTorch's own ops and to
 the algorithm a notebook teaches, written in torch. A bound they fail is stricter than the arithmetic allows.
 
-These call the grader's own numbers (grade_kernel.tolerance, grade_kernel.precision_bound) on outputs made by
+These call the grader's own numbers (outputs.tolerance, precision.precision_bound) on outputs made by
 torch, since the criteria themselves fail any output that torch computed instead of a kernel.
 """
 
@@ -317,7 +317,7 @@ def test_torch_adamw_meets_the_step_bounds(impl):
     """torch.optim.AdamW, run on the grader's cases step after step, within the tolerance and the precision
     bound of 03.adamw_step (the criteria themselves fail it for updating the state with torch, not a kernel)."""
     from autograder import config
-    from autograder.criteria import step as grade_step
+    from autograder.criteria import step as step_criterion
     from autograder.specs.horizontal_fusion import torch_adamw
 
     ex = registry.get("03.adamw_step")
@@ -325,18 +325,18 @@ def test_torch_adamw_meets_the_step_bounds(impl):
     mismatches = []
     for sizes in ex.size_cases:
         for dtype in ex.dtypes:
-            lists, hyper, gen = grade_step._case(ex, sizes, dtype, 99)
+            lists, hyper, gen = step_criterion._case(ex, sizes, dtype, 99)
             for k, step in enumerate(ex.steps):
                 if k:
-                    lists.update({n: t for n, t in grade_step._fresh_inputs(ex, lists, dtype, gen).items()
+                    lists.update({n: t for n, t in step_criterion._fresh_inputs(ex, lists, dtype, gen).items()
                                   if n not in ex.state})
                 before = {n: [t.double().clone() for t in ts] for n, ts in lists.items()}
                 fn(*[lists[n] for n in ex.arg_names], step, *hyper.values())
                 refs = ex.reference(**before, step=step, **hyper)
                 mismatches += [m for n, ref in zip(ex.state, refs) for i, (t, r) in enumerate(zip(lists[n], ref))
-                               if (m := grade_step._mismatch(n, i, t, r, ex))]
+                               if (m := step_criterion._mismatch(n, i, t, r, ex))]
     assert not mismatches, mismatches[:3]
-    precision = grade_step.step_precision(ex, fn, config.load())
+    precision = step_criterion.step_precision(ex, fn, config.load())
     assert precision.status == "passed", precision.message
 
 
@@ -367,11 +367,11 @@ def test_adamw_moments_keep_the_rounding_of_terms_that_nearly_cancel():
     one-element tensor). The tolerance scales with the moment before the step as well as after it."""
     import torch
 
-    from autograder.criteria import step as grade_step
+    from autograder.criteria import step as step_criterion
 
     m_old = torch.tensor([5.0e-5], dtype=torch.float64)
     expected = torch.tensor([-5.55332e-06], dtype=torch.float64)
     got = torch.tensor([-5.55324e-06], dtype=torch.float64)
-    assert not bool(grade_step._close(got, expected, 1e-6, 1e-5))  # the old scale: the result alone
-    assert bool(grade_step._close(got, expected, 1e-6, 1e-5, prior=m_old))
-    assert not bool(grade_step._close(-got, expected, 1e-6, 1e-5, prior=m_old))  # a sign error still fails
+    assert not bool(step_criterion._close(got, expected, 1e-6, 1e-5))  # the old scale: the result alone
+    assert bool(step_criterion._close(got, expected, 1e-6, 1e-5, prior=m_old))
+    assert not bool(step_criterion._close(-got, expected, 1e-6, 1e-5, prior=m_old))  # a sign error still fails

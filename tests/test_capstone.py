@@ -89,18 +89,18 @@ def test_the_grader_names_a_malformed_or_unfused_loss(fn, message):
 SEALED_EAGER_RUNS = """
 import autograder
 from autograder import check
-from autograder.criteria import training as grade_training
+from autograder.criteria import training
 from autograder.guard import integrity
 from autograder.specs.decoder import decoder_loss_eager as decoder_loss  # quick in the interpreter
 
 integrity.protect()
 first = check("07.decoder", decoder_loss, criteria=["training"])["training"]
 assert first.status == "passed", first.message
-runs = dict(grade_training._EAGER_RUNS)
+runs = dict(training._EAGER_RUNS)
 assert len(runs) == 1, runs.keys()  # float32 only, without a GPU
 again = check("07.decoder", decoder_loss, criteria=["training"])["training"]
-assert again.status == "passed" and all(grade_training._EAGER_RUNS[k] is v for k, v in runs.items())
-grade_training._EAGER_RUNS[next(iter(runs))] = (0.0,) * len(next(iter(runs.values())))
+assert again.status == "passed" and all(training._EAGER_RUNS[k] is v for k, v in runs.items())
+training._EAGER_RUNS[next(iter(runs))] = (0.0,) * len(next(iter(runs.values())))
 try:
     integrity.verify()  # what check() does before it grades
 except integrity.TamperingError as exc:

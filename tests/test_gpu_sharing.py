@@ -191,15 +191,15 @@ def _timings(peak_ms):
 ])
 def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(monkeypatch, sharing, peak_ms, tries,
                                                                               clean):
-    from autograder.criteria import performance as grade_perf
+    from autograder.criteria import performance
 
     after = iter(sharing)
     calls = []
-    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+    monkeypatch.setattr(performance.gpu_share, "wait_until_free",
                         lambda wait_s=gpu_share.WAIT_S, since_us=None:
                         next(after) if wait_s == 0 else gpu_share.Sharing(True, [], 0))
-    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: calls.append(1) or _timings(peak_ms))
-    t, why = grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    monkeypatch.setattr(performance, "time_in_turns", lambda *a, **k: calls.append(1) or _timings(peak_ms))
+    t, why = performance.measure(lambda: None, lambda: None, _peak(), in_graph=False)
     assert len(calls) == tries and (t is not None) == clean
     if not clean:
         assert why and ("busy" in why or "of this GPU's profile" in why)
@@ -211,30 +211,30 @@ def test_a_measurement_disturbed_by_a_neighbour_is_taken_again_then_not_graded(m
     ([0.60, 0.30, 0.45], 3, 0.30),  # never steady: the steadiest of the tries, not the fastest
 ])
 def test_turns_that_spread_are_taken_again_and_the_steadiest_graded(monkeypatch, spreads, tries, graded):
-    from autograder.criteria import performance as grade_perf
+    from autograder.criteria import performance
     from autograder.criteria.performance import Timings
 
-    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+    monkeypatch.setattr(performance.gpu_share, "wait_until_free",
                         lambda wait_s=gpu_share.WAIT_S, since_us=None: gpu_share.Sharing(True, [], 0))
     tries_made = iter(spreads)
     calls = []
     # the fastest try is the noisiest one: grading it would reward noise
-    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: calls.append(1) or Timings(
+    monkeypatch.setattr(performance, "time_in_turns", lambda *a, **k: calls.append(1) or Timings(
         yours_ms=1.0 if (s := next(tries_made)) > 0.5 else 2.0, eager_ms=4.0, peak_ms=1.0, spread=s))
-    t, why = grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    t, why = performance.measure(lambda: None, lambda: None, _peak(), in_graph=False)
     assert len(calls) == tries and why == "" and t.spread == graded
     assert ("Timed again" in t.note) == (tries > 1)
 
 
 def test_not_measured_stops_a_required_cell_without_failing_it():
     from autograder import config
-    from autograder.criteria import performance as grade_perf
+    from autograder.criteria import performance
     from autograder.report import GPUShared, Report
 
     cfg = config.load()
     for required in (False, True):
         cfg = type(cfg)(**{**cfg.__dict__, "require_performance": required})
-        r = grade_perf.shared_gpu(cfg, "the GPU 95% busy while the grader waited")
+        r = performance.shared_gpu(cfg, "the GPU 95% busy while the grader waited")
         assert r.status == "skipped" and r.message.startswith("not measured: the GPU is shared")
         report = Report("02.rmsnorm", [r])
         if required:
@@ -333,14 +333,14 @@ def test_a_process_of_the_submission_computing_while_timed_is_not_a_neighbour():
 
 
 def test_measure_fails_a_submission_whose_process_computed_while_timed(monkeypatch):
-    from autograder.criteria import performance as grade_perf
+    from autograder.criteria import performance
 
-    monkeypatch.setattr(grade_perf.gpu_share, "wait_until_free",
+    monkeypatch.setattr(performance.gpu_share, "wait_until_free",
                         lambda wait_s=gpu_share.WAIT_S, since_us=None:
                         gpu_share.Sharing(True, [], 0, [], ["pid 4321"] if wait_s == 0 else []))
-    monkeypatch.setattr(grade_perf, "time_in_turns", lambda *a, **k: _timings(1.0))
-    monkeypatch.setattr(grade_perf, "submission_running", lambda: None)
-    with pytest.raises(grade_perf.SubmissionWork, match="a process your code started computed on the GPU"):
-        grade_perf.measure(lambda: None, lambda: None, _peak(), in_graph=False)
-    result = grade_perf.submission_failure(grade_perf.SubmissionWork("x"))
+    monkeypatch.setattr(performance, "time_in_turns", lambda *a, **k: _timings(1.0))
+    monkeypatch.setattr(performance, "submission_running", lambda: None)
+    with pytest.raises(performance.SubmissionWork, match="a process your code started computed on the GPU"):
+        performance.measure(lambda: None, lambda: None, _peak(), in_graph=False)
+    result = performance.submission_failure(performance.SubmissionWork("x"))
     assert result.status == "failed" and not result.figures.get("gpu_shared")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import config
-from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import kernel
 from autograder.measure.meters import AllocationMeter
 from autograder.specs.exercise import KernelExercise, Shape
 from kernels import linear_cross_entropy as lce
@@ -39,7 +39,7 @@ CE = KernelExercise(
 
 
 def _grade(fn):
-    return grade_kernel.memory(CE, fn, config.load())
+    return kernel.memory(CE, fn, config.load())
 
 
 def _logits_by_triton_then_torch(h, w, targets):

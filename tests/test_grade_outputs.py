@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import pytest
 
 from autograder import config
-from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import kernel
 from autograder.specs.exercise import KernelExercise, Shape
 from kernels import flash_attention as fa
 
@@ -36,7 +36,7 @@ ATTENTION = KernelExercise(
 
 
 def _grade(criterion, fn):
-    return grade_kernel.GRADERS[criterion](ATTENTION, fn, config.load())
+    return kernel.GRADERS[criterion](ATTENTION, fn, config.load())
 
 
 def test_outputs_of_two_dtypes_pass_when_each_has_its_own():

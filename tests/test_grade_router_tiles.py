@@ -15,7 +15,7 @@ import pytest
 import autograder  # noqa: F401  first: picks the interpreter before any @triton.jit below runs
 from autograder import config
 from autograder import specs as registry
-from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import kernel
 from autograder.guard.largest import largest_allocation
 from autograder.specs.streaming_torch import attention_naive, attention_scores
 
@@ -30,7 +30,7 @@ ROUTER, TILED = "05.moe_router", "05.flash_attention_torch"
 
 
 def _grade(exercise: str, criterion: str, fn):
-    return grade_kernel.GRADERS[criterion](registry.get(exercise), fn, config.load())
+    return kernel.GRADERS[criterion](registry.get(exercise), fn, config.load())
 
 
 # =========================================================================================================

@@ -5,7 +5,7 @@ Each submission is a small, real Triton kernel and launcher that differs from a 
 below with no bug switched on, or the course's reference in ``kernels/``) by one typical mistake of streaming
 reductions: a max never subtracted, a running sum not rescaled when the max grows, padding that enters the
 softmax, a log-sum-exp in the wrong base, an intermediate materialised... Each test grades one criterion with
-``grade_kernel.GRADERS`` and checks that it fails and that its message names the mistake. Without a GPU the
+``kernel.GRADERS`` and checks that it fails and that its message names the mistake. Without a GPU the
 kernels run in Triton's interpreter (fp32 and fp16; bf16 and performance are graded on a GPU, by the gpu-marked
 tests at the end).
 """
@@ -18,7 +18,7 @@ import pytest
 
 import autograder  # noqa: F401  first: picks the interpreter before any @triton.jit below runs
 from autograder import check, config, runtime
-from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import kernel
 from autograder.criteria.cases import precision_shapes
 from autograder import specs as registry
 
@@ -42,7 +42,7 @@ needs_no_gpu = pytest.mark.skipif(runtime.has_gpu(), reason="checks the grader's
 
 
 def _grade(exercise: str, criterion: str, fn):
-    return grade_kernel.GRADERS[criterion](registry.get(exercise), fn, config.load())
+    return kernel.GRADERS[criterion](registry.get(exercise), fn, config.load())
 
 
 def _failure_lines(message: str) -> list[str]:

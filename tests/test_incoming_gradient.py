@@ -9,7 +9,7 @@ import torch
 import autograder  # noqa: F401  first: picks the interpreter before any kernel is defined
 from autograder import config
 from autograder import specs as registry
-from autograder.criteria import training as grade_training
+from autograder.criteria import training
 from autograder.specs import decoder as dec
 from autograder.specs.exercise import TrainingCase
 import kernels.decoder as decoder_kernels
@@ -31,19 +31,19 @@ def _small_decoder():
 
 
 def test_the_incoming_gradient_is_drawn_from_the_seed_and_is_never_one():
-    drawn = [grade_training.incoming_gradient(s) for s in range(200)]
-    assert drawn == [grade_training.incoming_gradient(s) for s in range(200)]
+    drawn = [training.incoming_gradient(s) for s in range(200)]
+    assert drawn == [training.incoming_gradient(s) for s in range(200)]
     assert all(0.35 <= g <= 0.71 or 1.41 <= g <= 2.83 for g in drawn)
     assert min(drawn) < 0.5 and max(drawn) > 2.0
 
 
 def test_the_decoder_that_scales_passes_and_the_one_that_forgets_fails(monkeypatch):
     ex, cfg = _small_decoder(), config.load(config.DEFAULT_PATH)
-    passed = grade_training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
+    passed = training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
     assert passed.status == "passed", passed.message
     assert "other than 1" in passed.message
     monkeypatch.setattr(decoder_kernels, "LinearCrossEntropyFunction", _UnscaledLoss)
-    failed = grade_training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
+    failed = training.training_correctness(ex, decoder_kernels.decoder_loss, cfg)
     assert failed.status == "failed"
     assert "must multiply what it returns by the gradient it receives" in failed.message, failed.message
     assert "the gradients of embed" in failed.message, failed.message
@@ -60,7 +60,7 @@ def test_flash_attention_backward_is_graded_for_a_random_output_gradient(ignores
 
     ex = dataclasses.replace(registry.get("07.flash_attention_backward"), shapes=(registry.get(
         "07.flash_attention_backward").shapes[2],))
-    from autograder.criteria import correctness as grade_correctness
+    from autograder.criteria import correctness
 
-    result = grade_correctness.correctness(ex, backward, config.load(config.DEFAULT_PATH))
+    result = correctness.correctness(ex, backward, config.load(config.DEFAULT_PATH))
     assert result.status == ("failed" if ignores == "do" else "passed"), result.message

@@ -3,7 +3,7 @@
 import pytest
 
 from autograder.criteria import audit
-from autograder.criteria import performance as grade_perf
+from autograder.criteria import performance
 from autograder.measure import timing
 
 
@@ -40,7 +40,7 @@ def test_without_a_lead_every_version_takes_every_place(recorded):
 
 def test_an_even_number_of_rounds_keeps_yours_and_eager_even():
     # Each follows the peak (whose clocks it inherits) in as many rounds as the other.
-    assert grade_perf.ROUNDS % 2 == 0
+    assert performance.ROUNDS % 2 == 0
 
 
 def test_bench_interleaved_returns_medians(monkeypatch):
@@ -203,7 +203,7 @@ def test_rates_above_the_hardware_are_impossible_whatever_the_exercise_is_graded
 
     ex = type("Ex", (), {"bytes": staticmethod(lambda x: 2 * 2**30), "flops": None})()
     prof = types.SimpleNamespace(copy_gbps=3000.0, matmul_tflops={"bf16": 700.0})  # a device profile's figures
-    baseline = grade_perf.Peak("baseline", None, 0, None, "")
+    baseline = performance.Peak("baseline", None, 0, None, "")
     # 2 GiB in 0.75 ms is 2863 GB/s: below the ceiling. In 0.005 ms: 143x it.
     assert audit.impossible_rate(ex, (None,), 0.75, prof, "bf16", baseline, 1.0, 0.15) is None
     why = audit.impossible_rate(ex, (None,), 0.005, prof, "bf16", baseline, 1.0, 0.15)

@@ -16,7 +16,7 @@ import training_bugs as bugs
 from autograder import check, runtime
 from autograder import specs as registry
 from autograder.config import load
-from autograder.criteria import training as grade_training
+from autograder.criteria import training
 from autograder.criteria.cases import case_seed
 
 DECODER = registry.get("07.decoder")
@@ -43,8 +43,8 @@ def _bug(name):
 
 
 def _gap(fn, case, seed) -> float:
-    yours = grade_training.train(DECODER, fn, case, torch.float32, seed)
-    eager = grade_training.train(DECODER, DECODER.eager, case, torch.float32, seed)
+    yours = training.train(DECODER, fn, case, torch.float32, seed)
+    eager = training.train(DECODER, DECODER.eager, case, torch.float32, seed)
     k = min(DECODER.loss_window, case.steps)
     return abs(sum(yours[-k:]) - sum(eager[-k:])) / k
 
@@ -113,7 +113,7 @@ def test_the_gpu_run_tells_broken_from_right_and_what_fewer_steps_would_say():
     saved = {}
     for seed in seeds:
         graded = dataclasses.replace(cfg, secret_seed=seed)
-        results = {name: grade_training.training(DECODER, fn, graded) for name, fn in runs.items()}
+        results = {name: training.training(DECODER, fn, graded) for name, fn in runs.items()}
         table = {name: {n: verdicts_after(r.figures, n) for n in (8, 10, 12, 16, 25, 50, 100, 150, steps)
                         if n <= steps} for name, r in results.items() if "losses" in r.figures}
         print(f"seed {seed}")

@@ -6,7 +6,7 @@ runs is low too. The performance criterion times the peak in turns with the kern
 clocks change; a neighbour whose load comes and goes between turns still skews them. So before timing, the
 grader waits for the GPU to be free, and after it, where the GPU was busy with other work (or, where NVML cannot
 tell, the peak fell well below what this GPU reached when profiled), it measures again; when it cannot get a clean
-measurement it says so instead of grading (grade_perf.measure).
+measurement it says so instead of grading (criteria/performance.py: measure).
 
 Two course gradings on one machine never time at once: the performance criterion holds a lock per GPU
 (timing_lock), so a second one waits its turn. Anything else that computes on the GPU while the kernel is timed

@@ -6,10 +6,10 @@ FAILS = {"correctness": ["autograder.criteria.kernel.GRADERS was changed"]}
 
 import torch
 
-from autograder.criteria import kernel as grade_kernel
+from autograder.criteria import kernel
 from autograder.report import CriterionResult
 
-grade_kernel.GRADERS["correctness"] = lambda ex, fn, cfg: CriterionResult("correctness", "passed", "all good")
+kernel.GRADERS["correctness"] = lambda ex, fn, cfg: CriterionResult("correctness", "passed", "all good")
 
 
 def fused_chain(x, bias, alpha):
