@@ -35,9 +35,6 @@ def _eager_op(i: int, x: torch.Tensor) -> torch.Tensor:
     return torch.cos(x)
 
 
-OP_NAMES = ["x*1.25", "x+0.5", "sin", "x*x", "sigmoid", "x-0.25", "abs", "cos"]
-
-
 @triton.jit
 def _op_chain_kernel(x_ptr, y_ptr, n_elements, N_OPS: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

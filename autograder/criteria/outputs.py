@@ -210,11 +210,6 @@ def as_tuple(v):
     return v if isinstance(v, tuple) else (v,)
 
 
-def run_case(ex: KernelExercise, fn, inputs: dict, dtype) -> list[str]:
-    """Run fn once on guard-padded inputs and list every problem found."""
-    return run_watched(ex, fn, inputs, dtype)[1]
-
-
 @dataclasses.dataclass
 class Answer:
     """What one call on a case's inputs gave, seen from the process that made it: the outputs (None when there is
