@@ -1,14 +1,15 @@
-"""Names that say what a module holds, each once: no two modules of one package share a file name, no module is
-imported under an old nickname (`ce_ops` was one spec module in notebook 05 and another in 07, `grade_kernel` was
-criteria/kernel.py), and nothing in autograder/, kernels/ or bench/ is defined at a module's top level that nothing
-uses.
+"""Names that say what a module holds, each once: no two modules of one package share a file name, no
+module is imported under an old nickname (`ce_ops` was one spec module in notebook 05 and another in 07,
+`grade_kernel` was criteria/kernel.py), no comment or docstring names a module path that is gone
+(`judge/session.py`, `autograder.ops`), and nothing in autograder/, kernels/ or bench/ is defined at a
+module's top level that nothing uses.
 
 A definition counts as used when its name appears, outside its own definition, in any of the project's Python
-(the grader, the kernels, the benchmarks, the tests and their corpus, the docs' hooks), in any string there (the
-registries and `getattr` find kernels and criteria by name: a spec's `kernel=`/`function=`, an exercise id), in a
-notebook's text source (its code, and its `# include: kernels/x.py (names)` / `# include body:` lines), or in
-pyproject.toml (the command's entry point). Names kept on purpose although nothing here uses them are listed in
-KEPT with the reason.
+(the grader, the kernels, the benchmarks, the tests and their corpus, the docs' hooks), in any string there
+(the registries and `getattr` find kernels and criteria by name: a spec's `kernel=`/`function=`, an exercise
+id), in a notebook's text source (its code, and its `# include: kernels/x.py (names)` / `# include body:`
+lines), or in pyproject.toml (the command's entry point). Names kept on purpose although nothing here uses
+them are listed in KEPT with the reason.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ NICKNAME = re.compile(r"^(?:\w+_ops|grade_\w+)$")
 WORD = re.compile(r"[A-Za-z_]\w*")
 # Defined at a module's top level and used by nothing in the project, kept on purpose: name -> why.
 KEPT: dict[str, str] = {
-    # The plain GEMM's cost model beside its launcher, as every other kernel file has its op's bytes: what a reader
-    # timing kernels.matmul.matmul compares it against.
+    # The plain GEMM's cost model beside its launcher, as every other kernel file has its op's bytes: what a
+    # reader timing kernels.matmul.matmul compares it against.
     "matmul_flops": "the GEMM's flop count, public for a reader timing kernels.matmul",
     "matmul_bytes": "the GEMM's ideal bytes moved, public for a reader timing kernels.matmul",
 }
@@ -47,7 +48,7 @@ def _python_files() -> list[Path]:
     return files
 
 
-# --- the finders -----------------------------------------------------------------------------------------------
+# --- the finders ----------------------------------------------------------------------------------------
 
 def shared_file_names(packages=PACKAGES) -> dict[str, list[str]]:
     """{file name: its modules} for every file name two modules of one package share."""
@@ -72,6 +73,44 @@ def nicknames(text: str) -> list[str]:
             if NICKNAME.match(name):
                 found.append(name)
     return found
+
+
+_SUBPACKAGES = sorted(p.name for p in (ROOT / "autograder").iterdir() if p.is_dir() and any(p.glob("*.py")))
+_PATH = re.compile(r"(?<![\w/.])((?:autograder|kernels|bench|" + "|".join(_SUBPACKAGES)
+                   + r")/[\w/<>.-]*[\w>])")
+_DOTTED = re.compile(r"(?<![\w.])autograder((?:\.\w+)+)")
+# Paths written as examples of a form, not as a file of the project.
+EXAMPLE_PATHS = {"kernels/op.py"}
+
+
+def _module_gone(parts: list[str]) -> bool:
+    """Whether autograder.<parts> names nothing: each part a subpackage, a module, or a name its package's
+    __init__ defines (what follows a module is its attributes, not checked)."""
+    here = ROOT / "autograder"
+    for part in parts:
+        if (here / part).is_dir():
+            here = here / part
+            continue
+        if (here / f"{part}.py").exists() or (part.startswith("__") and part.endswith("__")):
+            return False
+        init = here / "__init__.py"
+        return not (init.exists() and re.search(rf"\b{part}\b", init.read_text()))
+    return False
+
+
+def gone_paths(text: str) -> list[str]:
+    """The module paths a text names that the project does not have: `autograder/x/y.py`, `guard/y.py` (a
+    subpackage of autograder), `kernels/z.py`, `bench/w.py` or `autograder.x.y`; templates (`<gpu>`) are
+    skipped."""
+    gone = []
+    for rel in _PATH.findall(text):
+        if "<" in rel or rel in EXAMPLE_PATHS:
+            continue
+        base = ROOT / rel if rel.split("/")[0] in PACKAGES else ROOT / "autograder" / rel
+        if not (base.exists() or base.with_name(base.name + ".py").exists()):
+            gone.append(rel)
+    gone += [f"autograder{d}" for d in _DOTTED.findall(text) if _module_gone(d.strip(".").split("."))]
+    return gone
 
 
 def _definitions(tree: ast.Module) -> list[tuple[str, ast.stmt]]:
@@ -107,7 +146,7 @@ def _uses(node: ast.AST) -> set[str]:
 
 
 def _comment_words(text: str) -> set[str]:
-    """The names on a notebook's include lines (`# include: kernels/x.py (a, b)`, `# include body: ... (f)`)."""
+    """The names on a notebook's include lines (`# include: kernels/x.py (a, b)`, `# include body: (f)`)."""
     words = set()
     for line in re.findall(r"#\s*include(?: body)?:[^\n]*", text):
         words.update(WORD.findall(line))
@@ -141,7 +180,7 @@ def dead_definitions() -> list[str]:
     return dead
 
 
-# --- the finders find what they should ---------------------------------------------------------------------------
+# --- the finders find what they should ------------------------------------------------------------------
 
 def test_nicknames_are_found_in_every_import_form():
     text = ("from autograder.specs import vertical_fusion as rms_ops\n"
@@ -158,27 +197,49 @@ def test_a_definition_used_only_by_itself_is_dead():
     assert set(names) == {"f", "g", "h"}
     assert "f" in _uses(names["f"])  # recursion: a use inside its own definition, which the finder skips
     assert "h" in _uses(names["g"])
-    assert {"rmsnorm", "rmsnorm_bytes"} <= _comment_words("# include: kernels/rmsnorm.py (rmsnorm_bytes)\n"
-                                                          "    # include body: kernels/rmsnorm.py (rmsnorm)\n")
+    lines = "# include: kernels/rmsnorm.py (rmsnorm_bytes)\n  # include body: kernels/rmsnorm.py (rmsnorm)\n"
+    assert {"rmsnorm", "rmsnorm_bytes"} <= _comment_words(lines)
 
 
-# --- the rules -------------------------------------------------------------------------------------------------
+def test_gone_paths_are_found():
+    text = ("see autograder/criteria.py, judge/session.py, guard/memcheck, kernels/bench/, autograder.ops's\n"
+            "but not autograder/criteria/kernel.py, criteria/kernel.py, kernels/rmsnorm.py, bench/results/,\n"
+            "bench/results/headroom/headroom-<gpu>.json, autograder.criteria.kernel.GRADERS, autograder.check"
+            )
+    assert gone_paths(text) == ["autograder/criteria.py", "judge/session.py", "guard/memcheck",
+                                "kernels/bench", "autograder.ops"]
+
+
+# --- the rules ------------------------------------------------------------------------------------------
 
 def test_no_two_modules_of_a_package_share_a_file_name():
     assert not shared_file_names(), f"modules named alike: {shared_file_names()}"
 
 
-@pytest.mark.parametrize("path", [p for p in _python_files() if p != Path(__file__).resolve()],  # its examples
-                         ids=lambda p: str(p.relative_to(ROOT)))
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# This file's own examples of nicknames left out.
+@pytest.mark.parametrize("path", [p for p in _python_files() if p != Path(__file__).resolve()], ids=_rel)
 def test_no_module_is_imported_under_a_nickname(path):
     found = nicknames(path.read_text())
-    assert not found, f"{path.relative_to(ROOT)} imports under old nicknames {found}: import the module as itself"
+    assert not found, f"{_rel(path)} imports under old nicknames {found}: import the module as itself"
+
+
+CODE_AND_NOTEBOOKS = [p for p in _python_files() if _rel(p).split("/")[0] in PACKAGES + ("solutions",)]
+
+
+@pytest.mark.parametrize("path", CODE_AND_NOTEBOOKS, ids=_rel)
+def test_no_comment_names_a_module_that_is_gone(path):
+    gone = gone_paths(path.read_text())
+    assert not gone, f"{_rel(path)} names modules the project no longer has: {gone}"
 
 
 def test_nothing_is_defined_that_nothing_uses():
     dead = dead_definitions()
-    assert not dead, "defined at a module's top level and used nowhere (delete it, or add it to KEPT with why):\n" \
-        + "\n".join(dead)
+    assert not dead, ("defined at a module's top level and used nowhere (delete it, or add it to KEPT with "
+                      "why):\n" + "\n".join(dead))
 
 
 def test_every_kept_name_still_exists():
