@@ -109,3 +109,21 @@ def test_causal_attention_needs_as_many_keys_as_queries():
 def test_on_the_cpu_the_launcher_points_to_the_portable_kernel():
     with pytest.raises(RuntimeError, match="Hopper GPUs .* only.*kernels.flash_attention"):
         flash_attention_gluon(*_qkv(), causal=True)
+
+
+def test_the_benchmark_refuses_without_a_gpu_and_its_reference_is_softmax_attention(capsys):
+    from bench import gluon_attention as bench
+
+    assert bench.main([]) == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 40, 16, generator=g, dtype=torch.float16) for _ in range(3))
+    for causal in (False, True):
+        o, lse = bench.float32_reference(q, k, v, causal, heads_at_once=2)
+        want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+        s = q.double() @ k.double().transpose(-1, -2) / 4.0
+        if causal:
+            s = s.masked_fill(torch.ones(40, 40, dtype=torch.bool).triu(1), -float("inf"))
+        assert torch.allclose(o.double(), want, atol=1e-5) and torch.allclose(lse.double(), s.logsumexp(-1), atol=1e-5)
+        assert bench.error_of((o.half(), lse), (o, lse))["max"] < 1e-3
+        assert bench.error_of((o + 0.5, lse), (o, lse))["o"] > 0.1  # a wrong output is seen
+    assert len(bench.rows_todo()) == 12 and all(len(bench.settings_for(d)) == 3 for d in (64, 128))
