@@ -174,8 +174,8 @@ def _flash_attention_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, N, N_K
 
 def gluon_settings(head_dim: int) -> dict:
     """Key tile and ring depth by head size: 128 x 128 score tiles at D = 64 (three slots: 112 KB of shared
-    memory), 128 x 64 at D = 128 (three slots: 128 KB), so the float32 S and O accumulators of 8 warps fit in
-    registers without spills. First guesses, to be swept on the GPU (bench/gluon_attention.py)."""
+    memory), 128 x 64 at D = 128 (three slots: 128 KB), keeping the float32 S and O accumulators at 96 registers
+    a thread or less. First guesses, not yet timed: bench/gluon_attention.py times them and their neighbours."""
     if head_dim <= 64:
         return dict(BLOCK_N=128, STAGES=3)
     return dict(BLOCK_N=64, STAGES=3)
