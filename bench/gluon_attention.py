@@ -214,8 +214,10 @@ def head(name: str) -> dict:
     import torch
     import triton
 
-    return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "device": name,
-            "capability": ".".join(map(str, torch.cuda.get_device_capability())), "torch": torch.__version__,
+    now = dt.datetime.now(dt.timezone.utc)
+    return {"date": now.date().isoformat(), "time_utc": now.strftime("%H:%M:%S"),
+            "device": {"name": name, "capability": ".".join(map(str, torch.cuda.get_device_capability()))},
+            "torch": torch.__version__,
             "triton": triton.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
             "tolerance": TOLERANCE, "settings": {d: settings_for(d) for d in (64, 128)}}
 

@@ -127,3 +127,11 @@ def test_the_benchmark_refuses_without_a_gpu_and_its_reference_is_softmax_attent
         assert bench.error_of((o.half(), lse), (o, lse))["max"] < 1e-3
         assert bench.error_of((o + 0.5, lse), (o, lse))["o"] > 0.1  # a wrong output is seen
     assert len(bench.rows_todo()) == 12 and all(len(bench.settings_for(d)) == 3 for d in (64, 128))
+
+
+def test_the_benchmarks_page_leaves_the_gluon_runs_to_their_files():
+    from bench import gluon_attention as bench
+    from bench import report
+
+    assert report.kind(bench.RESULTS / "gluon-nvidia-h100-80gb-hbm3.json") is None
+    assert report.kind(bench.RESULTS / "hopper-nvidia-h100-80gb-hbm3.json") == "hopper"
