@@ -27,9 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "fusion-course-grader"
 # kernels/ modules that the release notebooks import and a student may read: none answers an exercise.
 TEACHING_KERNELS = ("__init__", "op_chain", "matmul", "tma", "rmsnorm_variants", "row_argmax")
-# Answer modules that no exercise grades yet (benchmarked only): kept out of the hand-out like every answer, and
-# named here so that a kernel nothing grades is a decision, not an oversight.
-UNGRADED_ANSWERS = ("flash_attention_gluon",)
 
 
 def answer_modules(root: Path = ROOT) -> list[Path]:

@@ -16,6 +16,7 @@ from autograder.publish.handout import TEACHING_KERNELS, answer_modules
 # Answer modules whose op is graded only as part of a larger exercise (no spec names them as its kernel), or that
 # answer an exercise another way (Hopper-only variants, timed by python -m bench.hopper).
 PARTS_OF_ANSWERS = {"silu_mul": "07.decoder", "flash_attention_ws": "05.flash_attention",
+                    "flash_attention_gluon": "05.flash_attention",
                     "flash_attention_backward_atomic": "07.flash_attention_backward",
                     "linear_cross_entropy_tma": "07.linear_cross_entropy_backward"}
 
