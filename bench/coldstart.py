@@ -185,8 +185,10 @@ def jobs_of(runs: int, notebook_mode: bool, only: list[str] | None, shapes: dict
 
 
 def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | None, shapes: dict,
-            deadline_s: float | None = None) -> list[dict]:
-    """Every job on the first free GPU; past deadline_s no new job starts (the runs so far are kept)."""
+            deadline_s: float | None = None, checkpoint=None) -> list[dict]:
+    """Every job on the first free GPU; past deadline_s no new job starts (the runs so far are kept).
+    checkpoint(rows), if given, is called after every run, so that a run cut off from outside loses only the
+    gradings in flight."""
     job_list, results = jobs_of(runs, notebook_mode, only, shapes)
     stop_at = time.monotonic() + deadline_s if deadline_s else None
     jobs: queue.Queue = queue.Queue()
@@ -206,6 +208,8 @@ def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | N
                 results[key].append({"round": r, **result})
                 bar.update()
                 tqdm.write(f"[gpu {gpu}] {key} run {r + 1}: {describe(result)}")
+                if checkpoint is not None:
+                    checkpoint(rows_of({k: list(v) for k, v in results.items()}, notebook_mode))
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
     for t in threads:
@@ -386,14 +390,22 @@ def main(argv=None) -> int:
 
     gpus = gpu_list(args.gpus)
     started = time.perf_counter()
-    rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s)
-    result = {**record(device.profile()), "runs": args.runs, "deadline_s": args.deadline_s, "gpus": gpus, "only": args.only or [],
-              "unit": "exercise" if args.exercises else "notebook",
-              "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD,
-              "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
+    head = {**record(device.profile()), "runs": args.runs, "deadline_s": args.deadline_s, "gpus": gpus,
+            "only": args.only or [], "unit": "exercise" if args.exercises else "notebook",
+            "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD}
     suffix = (f"-{args.label}" if args.label else "") + ("-exercises" if args.exercises else "")
     suffix += "-partial" if args.only or shapes else ""
-    path = save(result, args.out / f"coldstart-{slug(result['device']['name'])}{suffix}.json")
+    name = f"coldstart-{slug(head['device']['name'])}{suffix}"
+
+    def checkpoint(rows_so_far):  # the runs so far, in a file --merge takes, until the whole run is saved
+        tmp = save({**head, "wall_s": round(time.perf_counter() - started, 1), "rows": rows_so_far},
+                   args.out / f".{name}-inprogress.tmp")
+        os.replace(tmp, args.out / f"{name}-inprogress.json")  # whole or not at all, if cut off mid-write
+
+    rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s, checkpoint)
+    result = {**head, "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
+    path = save(result, args.out / f"{name}.json")
+    (args.out / f"{name}-inprogress.json").unlink(missing_ok=True)
     print(table(result))
     print(f"saved {path}")
     return 0 if all(row["summary"]["ok"] for row in rows) else 1
