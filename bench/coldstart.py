@@ -15,7 +15,7 @@ run 2, ... so that one exercise's runs meet the machine at different moments. Fo
 shape where there are several): min, median, max and the spread max/min over the runs. A bar is safe when it
 sits at most at the worst cold run divided by MARGIN; a figure whose spread is over MAX_SPREAD is a measurement to
 fix before its bar moves. Saves coldstart-<gpu>[-partial].json (device, versions, date, every run's figures and
-clocks); docs/benchmarks.md and tests/test_bench_coldstart.py read it.
+clocks); docs/benchmarks.md and tests/bench/test_coldstart.py read it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from bench import coldstart
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((coldstart.RESULTS).glob("coldstart-*.json"))
 
 
