@@ -1,10 +1,10 @@
 """The performance criterion's verdict: what a finished measurement earns.
 
-performance.py times the kernel in turns with eager PyTorch and this GPU's peak, and checks that every timed
-call computed the right answer; from those times this module makes the figures (the rate, its fraction of the
-peak, the speed-up over eager), the message the student reads, and the verdict: passed when both bars are met,
-failed with the likeliest reason when not (registers spilled, a loop not warp-specialized, the bytes of a second
-pass), and failed outright for a rate beyond what the GPU can reach.
+performance.py times the kernel in turns with eager PyTorch and this GPU's peak, and checks that every
+timed call computed the right answer; from those times this module makes the figures (the rate, its fraction
+of the peak, the speed-up over eager), the message the student reads, and the verdict: passed when both bars
+are met, failed with the likeliest reason when not (registers spilled, a loop not warp-specialized, the bytes
+of a second pass), and failed outright for a rate beyond what the GPU can reach.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise, Shape
 
 
-def verdict(ex: KernelExercise, fn, args: tuple, cfg: GradingConfig, *, shape: Shape, part: str | None, dtype,
-            dt: str, prof, peak, t, ms: float, side_note: str, rounds: int) -> CriterionResult:
+def verdict(ex: KernelExercise, fn, args: tuple, cfg: GradingConfig, *, shape: Shape, part: str | None,
+            dtype, dt: str, prof, peak, t, ms: float, side_note: str, rounds: int) -> CriterionResult:
     """The result of one benchmark shape (part: its name where the exercise has several), timed at ms a call.
 
-    peak is the performance.Peak timed alongside (its kind, rate and profile figure), t the performance.Timings
-    of the turns, prof the device profile, dt the dtype's short name ("bf16", "fp16"); side_note is added to
-    the message as it is."""
+    peak is the performance.Peak timed alongside (its kind, rate and profile figure), t the
+    performance.Timings of the turns, prof the device profile, dt the dtype's short name ("bf16", "fp16");
+    side_note is added to the message as it is."""
     speedup = t.eager_ms / ms if t.eager_ms is not None else None
     min_frac = cfg.bar(ex, "min_fraction_of_peak", ex.default_min_fraction, part)
     min_speedup = cfg.bar(ex, "min_speedup_over_eager", 1.0, part)

@@ -191,7 +191,7 @@ class Record:
         self.objects.append((label, obj, fields, copies))
 
     def watch_ipython(self, shell, names: dict[str, object], before_cell):
-        """Watch a Jupyter kernel: before_cell(record) is registered (by the caller) to run before every cell."""
+        """Watch a Jupyter kernel: the caller registers self.hook, before_cell(self), to run before each cell."""
         self.ipython = shell
         self.names = dict(names)
         self.hook = functools.partial(before_cell, self)
