@@ -95,9 +95,9 @@ sandbox:
 	    || echo "could not install bubblewrap: grade-class will grade without its sandbox"; \
 	else echo "no bwrap here (and not root on Debian): grade-class will grade without its sandbox"; fi
 
-# tests/test_slurm.py grades a class on a one-node Slurm cluster it starts itself (tests/slurm_cluster.py): Debian's
-# slurm-wlm and munge (without the recommended plugins: the basic ones serve), installed here when missing and
-# this is root on Debian; otherwise that test is skipped.
+# tests/classroom/test_slurm.py grades a class on a one-node Slurm cluster it starts itself
+# (tests/slurm_cluster.py): Debian's slurm-wlm and munge (without the recommended plugins: the basic ones serve),
+# installed here when missing and this is root on Debian; otherwise that test is skipped.
 slurm:
 	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
 	  && command -v munged >/dev/null; then :; \
