@@ -76,7 +76,7 @@ lab: $(STAMP)
 # pytest's exit code 5 (no test collected) fails the target like any other failure.
 TEST_JOBS ?= auto
 # The browser tests drive Debian's chromium: installed here when missing and this is root on Debian (CI, containers);
-# otherwise tests/test_browser.py is skipped with its reason.
+# otherwise tests/notebooks/test_browser.py is skipped with its reason.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -145,7 +145,7 @@ grade: $(STAMP) sandbox
 
 # The README's pictures of what a student and an instructor see, taken by the browser tests.
 screenshots: $(STAMP) browser
-	FUSION_COURSE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist -q tests/test_browser.py
+	FUSION_COURSE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist -q tests/notebooks/test_browser.py
 
 check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb
