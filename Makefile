@@ -76,7 +76,7 @@ lab: $(STAMP)
 # pytest's exit code 5 (no test collected) fails the target like any other failure.
 TEST_JOBS ?= auto
 # The browser tests drive Debian's chromium: installed here when missing and this is root on Debian (CI, containers);
-# otherwise tests/test_browser.py is skipped with its reason.
+# otherwise tests/notebooks/test_browser.py is skipped with its reason.
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -95,9 +95,9 @@ sandbox:
 	    || echo "could not install bubblewrap: grade-class will grade without its sandbox"; \
 	else echo "no bwrap here (and not root on Debian): grade-class will grade without its sandbox"; fi
 
-# tests/test_slurm.py grades a class on a one-node Slurm cluster it starts itself (tests/slurm_cluster.py): Debian's
-# slurm-wlm and munge (without the recommended plugins: the basic ones serve), installed here when missing and
-# this is root on Debian; otherwise that test is skipped.
+# tests/classroom/test_slurm.py grades a class on a one-node Slurm cluster it starts itself
+# (tests/slurm_cluster.py): Debian's slurm-wlm and munge (without the recommended plugins: the basic ones serve),
+# installed here when missing and this is root on Debian; otherwise that test is skipped.
 slurm:
 	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
 	  && command -v munged >/dev/null; then :; \
@@ -145,7 +145,7 @@ grade: $(STAMP) sandbox
 
 # The README's pictures of what a student and an instructor see, taken by the browser tests.
 screenshots: $(STAMP) browser
-	FUSION_COURSE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist -q tests/test_browser.py
+	FUSION_COURSE_SCREENSHOTS=1 $(BIN)/python -m pytest -p no:xdist -q tests/notebooks/test_browser.py
 
 check: $(STAMP)
 	$(BIN)/python -m autograder check solutions/[0-9][0-9]_*/[0-9][0-9]_*.ipynb

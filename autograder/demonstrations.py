@@ -9,7 +9,8 @@ were most of its time. A demonstration cell says so on its first line:
 
 Under the grader's switch such a cell runs as one line, DEMONSTRATION_SKIPPED, and nothing else; without it (a
 student's JupyterLab, nbgrader's validate) it runs in full, as every other cell. No later cell may need a name
-that only a demonstration defines (tests/test_demonstrations.py reads every notebook's cells to make sure).
+that only a demonstration defines (tests/notebooks/test_demonstrations.py reads every notebook's cells to make
+sure).
 
 Why a comment on the first line, and where it is read:
 

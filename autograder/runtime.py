@@ -17,8 +17,8 @@ _announced = False
 # the demonstrations' plots there, so their sweeps take fewer points and their timings shorter runs. The exercises
 # are graded the same way with or without it.
 SMALL_DEMOS_ENV = "FUSION_COURSE_SMALL_DEMOS"
-# A smaller GPU, simulated on a larger one (tests/test_small_gpu.py): PyTorch's allocator is capped at this many
-# GiB, and with NO_TMA the Hopper-only paths are switched off, as on an Ampere or Ada card.
+# A smaller GPU, simulated on a larger one (tests/notebooks/test_small_gpu.py): PyTorch's allocator is capped at
+# this many GiB, and with NO_TMA the Hopper-only paths are switched off, as on an Ampere or Ada card.
 MEMORY_GB_ENV = "FUSION_COURSE_MEMORY_GB"
 NO_TMA_ENV = "FUSION_COURSE_NO_TMA"
 

@@ -22,7 +22,8 @@ Compile time is counted apart from timing (bench.sweep compiles a family's setti
 machine's cores). Results: bench/results/hopper/hopper-<gpu>.json, a table printed. The JSON keeps,
 for every setting tried, what the compiler made of it (shared memory, warps, registers, spills, whether the key
 loop was warp-specialized) and why it was left out, not run, wrong or slower: the evidence for where the
-ceiling is when a goal is not met.
+ceiling is when a goal is not met. What a run covers (its shapes, families and goals) is bench/hopper_plan.py;
+how its record is read back (the goals, the table) is bench/hopper_report.py.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ from kernels import attention_tuning as tuning
 from bench import hopper_training as training
 from bench import sweep
 from bench.common import RESULTS, needs_gpu, record, save, slug
+from bench.hopper_plan import DTYPES, FAMILIES, PARTS, SDPA, SWEEP, SWEEP_DTYPE, TOLERANCE
+from bench.hopper_plan import family_space, plan
+from bench.hopper_report import family_best, goals, markdown
 from bench.peers import ATTENTION_SHAPES
 from kernels.flash_attention import (
     ATTENTION_TMA_SETTINGS,
@@ -55,38 +59,11 @@ from kernels.flash_attention import (
     flash_attention,
     flash_attention_tma,
 )
-from kernels.flash_attention_ws import WS_SPACE, flash_attention_ws
+from kernels.flash_attention_ws import flash_attention_ws
 
 RESULTS = RESULTS / "hopper"
-GOALS = {"forward": 0.95, **training.GOALS}  # forward: every peer shape at >= 0.95 of the best SDPA backend
-DTYPES = ("bf16", "fp16")
-SWEEP, SWEEP_DTYPE = (4, 16, 4096), "bf16"  # the families are swept at (*SWEEP, D) in SWEEP_DTYPE
 DEVICE = "cuda"
-TOLERANCE = {"bf16": 3e-2, "fp16": 1e-2}
-FAMILIES = ("portable", "tma", "ws")
-SDPA = {"SDPA default": None, "SDPA cudnn": "CUDNN_ATTENTION", "SDPA flash": "FLASH_ATTENTION",
-        "SDPA efficient": "EFFICIENT_ATTENTION"}
-PARTS = ("forward", "backward", "cross_entropy")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def family_space(family: str, head_dim: int) -> tuple[list[dict], dict[str, str]]:
-    """(settings, {setting: why left out}) of a forward family at this head size, in the order they are tried."""
-    if family == "portable":
-        return tuning.forward_space(head_dim, attention_launch_settings(4096, head_dim, None))
-    if family == "tma":
-        return tuning.forward_space(head_dim, ATTENTION_TMA_SETTINGS[0])
-    return list(WS_SPACE), {}
-
-
-def plan() -> dict:
-    """What a forward run compiles and times, per family and head size, and the settings it leaves out."""
-    out = {}
-    for family in FAMILIES:
-        for d in (128, 64):
-            kept, left_out = family_space(family, d)
-            out[f"{family} D={d}"] = {"settings": [tuning.setting_name(c) for c in kept], "left_out": left_out}
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -269,18 +246,6 @@ def _forward_row(shape, dt, causal, ms, flops, missing, settings, errors) -> dic
     return row
 
 
-def family_best(row: dict) -> dict:
-    """{family: its best fraction of the best SDPA backend} in a forward row. The ws family's twins compiled without
-    the flag are the same loop with no producer warp group: not warp-specialized, so not counted as such."""
-    out = {}
-    for family in ("course", *FAMILIES):
-        mine = [n for n in row.get("fraction_of_best_sdpa", {})
-                if n.split(" ")[0] == family and "warp_specialize=False" not in n]
-        if mine:
-            out[family] = max(row["fraction_of_best_sdpa"][n] for n in mine)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------- run
 
 
@@ -305,83 +270,6 @@ def forward_part(clock: sweep.Clock, progress) -> tuple[list[dict], dict]:
     _reference.cache_clear()
     return rows, {"finalists": finalists, "sweeps": {**here["sweeps"], **ws["sweeps"]},
                   "left_out": {**here["left_out"], **ws["left_out"]}, "ws_probe": ws["probe"]}
-
-
-def goals(rows: list[dict]) -> dict:
-    out = {}
-    fwd = [r for r in rows if r["part"] == "forward" and "best_fraction" in r]
-    if fwd:
-        worst = min(fwd, key=lambda r: r["best_fraction"])
-        out["forward"] = {"min_fraction_of_best_sdpa": GOALS["forward"], "worst": worst["best_fraction"],
-                          "worst_shape": worst["shape"], "met": worst["best_fraction"] >= GOALS["forward"],
-                          "course_worst": min(r.get("family_best", {}).get("course", 0) for r in fwd),
-                          "best_family_per_shape": {r["shape"]: r["best_triton"] for r in fwd}}
-    return {**out, **training.goals(rows)}
-
-
-def markdown(result: dict) -> str:
-    head = (f"### Hopper ceiling: {result['device']['name']} ({result['date']}, torch {result['torch']}, "
-            f"triton {result['triton']})")
-    lines = [head, ""]
-    fwd = [r for r in result["rows"] if r["part"] == "forward"]
-    if fwd:
-        lines += ["Forward, fraction of the best SDPA backend's speed (its TFLOP/s; each family's best):", "",
-                  "| shape | best SDPA | course | portable swept | TMA swept | warp-specialized | best Triton |",
-                  "|---|---|---:|---:|---:|---:|---|"]
-        for r in fwd:
-            fb = family_best(r)  # from the fractions: a run recorded before the twins were told apart counts them
-            cells = [f"{fb[f]:.2f}" if f in fb else "-" for f in ("course", *FAMILIES)]
-            sdpa = f"{r['best_sdpa']} {r['TFLOPs'][r['best_sdpa']]:.0f}" if "best_sdpa" in r else "-"
-            best = f"{r['best_triton']} {r['best_fraction']:.2f}" if "best_triton" in r else "-"
-            lines.append(f"| {r['shape']} | {sdpa} | " + " | ".join(cells) + f" | {best} |")
-        lines += _warp_specialized_lines(result, fwd)
-    bwd = [r for r in result["rows"] if r["part"] == "backward"]
-    if bwd:
-        lines += ["", "Backward, fraction of the best SDPA backend's speed:", "",
-                  "| shape | best SDPA | course | re-tuned | one-pass |", "|---|---|---:|---:|---:|"]
-        for r in bwd:
-            fr = r.get("fraction_of_best_sdpa", {})
-            cells = [f"{fr[n]:.2f}" if n in fr else "-" for n in ("course", "re-tuned", "one-pass")]
-            sdpa = f"{r['best_sdpa']} {r['TFLOPs'][r['best_sdpa']]:.0f}" if "best_sdpa" in r else "-"
-            lines.append(f"| {r['shape']} | {sdpa} | " + " | ".join(cells) + " |")
-    for r in (r for r in result["rows"] if r["part"] == "cross_entropy"):
-        lines += ["", f"Linear cross-entropy, {r['shape']} (ms, peak GiB beyond the inputs; / torch.compile):", "",
-                  "| version | ms | GiB | time / compile | memory / compile |", "|---|---:|---:|---:|---:|"]
-        for n, t in r["ms"].items():
-            tc, mc = r.get("time_over_compile", {}).get(n), r.get("memory_over_compile", {}).get(n)
-            lines.append(f"| {n} | {t:.1f} | {r['extra_GiB'].get(n, float('nan')):.2f} | "
-                         f"{tc if tc is not None else '-'} | {mc if mc is not None else '-'} |")
-        lines += [f"{n}: {why}" for n, why in r["missing"].items()]
-    lines += [f"{part}: FAILED ({result[part]['error']})" for part in PARTS
-              if isinstance(result.get(part), dict) and result[part].get("error")]
-    lines += ["", "Goals:"] + [f"- {k}: {'met' if g['met'] else 'NOT met'} {json.dumps(g)}"
-                               for k, g in result.get("goals", {}).items()]
-    lines += ["", f"Seconds spent: {json.dumps(result.get('seconds', {}))}"]
-    return "\n".join(lines) + "\n"
-
-
-def _warp_specialized_lines(result: dict, fwd: list[dict]) -> list[str]:
-    """Every setting the sweep compiled with the flag on and found warp-specialized: right or wrong at the sweep's
-    shape, its first time there and that time against the best SDPA backend's in the row of the same shape."""
-    sdpa_ms = {r["shape"]: r["ms"][r["best_sdpa"]] for r in fwd if "best_sdpa" in r}
-    lines = []
-    for key, records in result.get("forward", {}).get("sweeps", {}).items():
-        family, d, causal, dt = key.split(" ")
-        shape = f"{','.join(map(str, SWEEP))},{d.removeprefix('D=')} {dt} {causal}"
-        for rec in records:
-            if family != "ws" or not rec.get("warp_specialized"):
-                continue
-            ms = rec.get("ms")
-            frac = f"{sdpa_ms[shape] / ms:.2f}" if ms and shape in sdpa_ms else "-"
-            verdict = "right" if rec["status"] == "checked" else f"{rec['status']}: {rec.get('why', '')}"
-            lines.append(f"| {shape} | {tuning.setting_name(rec['setting'])} | {verdict} | "
-                         f"{ms if ms else '-'} | {frac} |")
-    if not lines:
-        return []
-    note = ("The warp-specialized column counts only kernels compiled warp-specialized (the flag on); its twins "
-            "without the flag are the same loop with no producer warp group. Every warp-specialized setting of the "
-            "sweep, checked against the reference and timed once (not in turns with SDPA: a first ranking):")
-    return ["", note, "", "| shape | setting | result | ms | best SDPA ms / ms |", "|---|---|---|---:|---:|", *lines]
 
 
 def main(argv=None) -> int:

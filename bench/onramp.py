@@ -2,12 +2,13 @@
 
     python -m bench.onramp [--note TEXT] [--out bench/results/onramp]
 
-The journey of tests/test_browser.py (tests/browser.py: onramp), timed step by step: JupyterLab started on a fresh
-copy of course/ (`make lab`), notebook 01 opened in headless Chromium with the course's kernel, the set-up cell and
-the worked example run, the warm-ups 01.warmup_copy and 01.warmup_broadcast typed and graded, 01.fused_chain typed
-with its store's mask forgotten (the bounds check names it) and then fixed and graded. The clock starts when the
-browser asks for the notebook; each step's seconds include the typing, the cells and the grading. Two totals:
-from opening the notebook to the first passing kernel (01.warmup_copy) and to 01.fused_chain passing.
+The journey of tests/notebooks/test_browser.py (tests/browser.py: onramp), timed step by step: JupyterLab started
+on a fresh copy of course/ (`make lab`), notebook 01 opened in headless Chromium with the course's kernel, the
+set-up cell and the worked example run, the warm-ups 01.warmup_copy and 01.warmup_broadcast typed and graded,
+01.fused_chain typed with its store's mask forgotten (the bounds check names it) and then fixed and graded. The
+clock starts when the browser asks for the notebook; each step's seconds include the typing, the cells and the
+grading. Two totals: from opening the notebook to the first passing kernel (01.warmup_copy) and to 01.fused_chain
+passing.
 
 A benchmark figure, not a goal: on the CPU Triton's interpreter runs every kernel, so the grading dominates. The
 device profile cache is a fresh folder, as on a student's first day (on a GPU the set-up cell then measures the

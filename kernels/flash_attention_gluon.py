@@ -35,8 +35,8 @@ The road of issue 49, item 5 (notebook 08), and what each step adds:
 - Then persistent scheduling: one program per multiprocessor walking (head, query block) tiles, longest
   causal tiles first, so the copy of the next tile's Q overlaps the epilogue of the current one.
 
-Compiled for sm_90 (no GPU needed) with Triton 3.6.0 and 3.7.1: tests/test_gluon_compile.py. Measured with
-bench/gluon_attention.py on a Hopper GPU.
+Compiled for sm_90 (no GPU needed) with Triton 3.6.0 and 3.7.1: tests/kernels/test_flash_attention_gluon.py.
+Measured with bench/gluon_attention.py on a Hopper GPU.
 """
 
 from __future__ import annotations

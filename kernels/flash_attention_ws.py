@@ -7,7 +7,8 @@ log-sum-exp, for contiguous 16-bit (B, H, N, D) tensors on Hopper; other inputs 
 4 B H N N_kv D, half with a causal mask.
 
 What Triton's Hopper warp-specialization pass (nvgpu-warp-specialization, in Triton 3.6 and 3.7) needs, found by
-compiling variants of the course's kernels for sm_90 (tests/test_hopper_compile.py checks the first on this one):
+compiling variants of the course's kernels for sm_90 (tests/kernels/test_hopper_compile.py checks the first on
+this one):
 - num_warps=4. The pass then splits the query tile between two consumer warp groups and adds a producer group:
   12 warps. With num_warps=8 the flag is accepted and silently ignored: the kernel compiles to the same code.
   The course's TMA kernel runs 8 warps and two key loops (below), so the note in kernels/flash_attention.py that

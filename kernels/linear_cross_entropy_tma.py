@@ -100,7 +100,7 @@ def _dlogits_kernel(logits_ptr, row_loss_ptr, tgt_ptr, t_ptr, loss_ptr, V, strid
 # (kernels.tma.first_that_compiles). The first is kernels/gemm_epilogue.py's TMA tile (timed there at 0.96 of cuBLAS
 # at 8192^3 bf16 on an H200), flattened: the next tile's loads start under this one's epilogue. Compiled for sm_90
 # by Triton 3.6 it takes 177 KB of shared memory (208 KB where the epilogue adds dW's previous sum): see
-# tests/test_hopper_compile.py.
+# tests/kernels/test_hopper_compile.py.
 CE_GEMM_SETTINGS = tuple(
     {"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": flatten, "num_warps": 8,
      "num_stages": stages}

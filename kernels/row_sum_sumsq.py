@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from autograder.specs.horizontal_fusion import (  # noqa: F401  the torch side of the op, shared with the grader
+from autograder.specs.horizontal_torch import (  # noqa: F401  the torch side of the op, shared with the grader
     row_sum_sumsq_bytes,
     row_sum_sumsq_eager,
     row_sum_sumsq_reference,

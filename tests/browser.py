@@ -1,7 +1,7 @@
 """Driving the course the way a student and an instructor see it: JupyterLab started as `make lab` starts it, in
 headless Chromium (Debian's `chromium` and `chromium-driver`, through Selenium; nothing is downloaded).
 Student drives one notebook cell by cell; onramp() is a new student's journey through notebook 01, shared by
-tests/test_browser.py (which checks each step) and bench/onramp.py (which times it)."""
+tests/notebooks/test_browser.py (which checks each step) and bench/onramp.py (which times it)."""
 
 from __future__ import annotations
 
@@ -229,8 +229,8 @@ class Student:
         return next(s["kernel"] for s in api(self.base, self.token, "/api/sessions"))
 
 
-# The journey of a student new to Triton through notebook 01 (tests/test_browser.py drives it with assertions,
-# bench/onramp.py times it): the answers below fill the stubs' `# YOUR CODE HERE` places, in order.
+# The journey of a student new to Triton through notebook 01 (tests/notebooks/test_browser.py drives it with
+# assertions, bench/onramp.py times it): the answers below fill the stubs' `# YOUR CODE HERE` places, in order.
 ONRAMP_NOTEBOOK = "01_hbm_cost_model"
 COPY_KERNEL = """
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -6,7 +6,7 @@ run must stop and name the file; once the file is restored, the run resumes and 
 
 These cases test the second line of defence, the footprint check, on its own: they grade with the sandbox off
 (FUSION_COURSE_SANDBOX=off), where a student's writes outside the workspace succeed and must be found. With the
-sandbox on the same writes fail (tests/test_sandbox.py, and mallory in tests/test_isolation.py).
+sandbox on the same writes fail (tests/guard/test_sandbox.py, and mallory in tests/guard/test_isolation.py).
 """
 
 import csv

@@ -17,6 +17,7 @@ import diagrams_shown
 import nbformat
 import pytest
 
+from autograder import runtime
 from autograder.publish import build
 
 pytestmark = pytest.mark.slow
@@ -160,10 +161,10 @@ POINTS = {NB1: (24, 18), NB2: (66, 46), NB3: (35, 25), NB4: (41, 27), NB5: (73, 
 # and the written answers, which nbgrader leaves to a person: q-* cells, 1 point each in notebooks 01 and 04 to 07)
 
 
-def _nbgrader(work, *args):
+def _nbgrader(work, *args, env=None):
     return subprocess.run(
         [sys.executable, "-m", "nbgrader", *args, f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"],
-        cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=1800,
+        cwd=work, capture_output=True, text=True, env={**build.tool_env(), **(env or {})}, timeout=1800,
     )
 
 
@@ -198,7 +199,14 @@ def _round_trip(work, name):
     _submit(work, "alice", name, {gid: "solution" for gid in solution_ids})
     _submit(work, "bob", name, {})
     _submit(work, "carol", name, CAROL[name])
-    r = _nbgrader(work, "autograde", name, "--force")
+    # alice's notebook runs whole, demonstrations included, as a student's Run All does on a laptop: the one
+    # place the suite runs every demonstration in Triton's interpreter. bob and carol are graded as grade-class
+    # grades a class, with the demonstrations skipped (their plots are for the reader, and no graded cell needs
+    # them): the same grades, without running the demonstrations two more times.
+    r = _nbgrader(work, "autograde", name, "--force", "--student=alice")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _nbgrader(work, "autograde", name, "--force", "--CourseDirectory.student_id_exclude=alice",
+                  env={runtime.SMALL_DEMOS_ENV: "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     r = _nbgrader(work, "generate_feedback", name, "--force")
     assert r.returncode == 0, r.stderr
@@ -284,3 +292,22 @@ def test_feedback_shows_every_diagram_inline_with_its_alt_text(root, graded, nam
     page = (work / "feedback" / "bob" / name / f"{name}.html").read_text()
     assert diagrams_shown.expected(root, name), f"{name} shows no diagram"
     assert diagrams_shown.not_shown(root, name, page) == []
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_alice_runs_every_demonstration_and_the_others_skip_them(graded, name):
+    from autograder.demonstrations import DEMONSTRATION_SKIPPED, is_demonstration
+
+    work, _ = graded
+
+    def demonstrations(student):
+        nb = nbformat.read(work / "autograded" / student / name / f"{name}.ipynb", as_version=4)
+        return [c for c in nb.cells if c.cell_type == "code" and is_demonstration(c.source)]
+
+    def skipped(cell):
+        return any(DEMONSTRATION_SKIPPED in o.get("text", "") for o in cell.get("outputs", []))
+
+    assert demonstrations("alice"), f"{name} has no demonstration cell"
+    assert not any(skipped(c) for c in demonstrations("alice"))
+    for student in ("bob", "carol"):
+        assert all(skipped(c) for c in demonstrations(student)), student

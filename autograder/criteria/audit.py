@@ -188,7 +188,8 @@ def submission_running() -> str | None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The audit every timed criterion of every exercise kind goes through once its turns are measured: a kernel's
-# performance (criteria/performance.py makes these checks inline, in this order), a step's and a training step's.
+# performance (criteria/performance.py and its verdict, performance_verdict.py, make these checks inline, in
+# this order), a step's and a training step's.
 
 
 @dataclasses.dataclass(frozen=True)

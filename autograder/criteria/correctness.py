@@ -21,7 +21,6 @@ from autograder.criteria.cases import (
     secret_shapes,
 )
 from autograder.criteria.outputs import (
-    Answer,
     as_tuple,
     call_case,
     compare,
@@ -30,7 +29,7 @@ from autograder.criteria.outputs import (
     shares_storage,
 )
 from autograder.guard.watch import Guarded
-from autograder.link.session import cases, open_session
+from autograder.link.session import Answer, cases, open_session
 from autograder.progress import steps
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise

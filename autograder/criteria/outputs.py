@@ -3,7 +3,6 @@ the float64 reference, and the named diagnoses of typical bugs."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 
@@ -14,6 +13,7 @@ from autograder import runtime
 from autograder.criteria.cases import dtype_name, left_running, student_error, sync
 from autograder import memcheck
 from autograder.guard.watch import Guarded, Watch, poison_value
+from autograder.link.session import Answer
 from autograder.measure.meters import TritonLaunches, storage_of
 from autograder.specs.exercise import KernelExercise
 
@@ -208,19 +208,6 @@ def diagnose_outputs(ex: KernelExercise, outs, inputs: dict) -> str | None:
 
 def as_tuple(v):
     return v if isinstance(v, tuple) else (v,)
-
-
-@dataclasses.dataclass
-class Answer:
-    """What one call on a case's inputs gave, seen from the process that made it: the outputs (None when there is
-    nothing to judge: the call raised or returned the wrong kind of thing), whether each was allocated during the
-    call (and poisoned), the problems found there before the values are judged, and one found after (the result
-    was not computed by a Triton kernel), listed last."""
-
-    outs: tuple | None
-    fresh: list[bool]
-    problems: list[str]
-    late: str | None = None
 
 
 def call_case(ex: KernelExercise, fn, inputs: dict, guarded: dict | None = None) -> Answer:

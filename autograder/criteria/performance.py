@@ -11,7 +11,6 @@ varies from call to call, stays out of the comparison.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 import threading
 
@@ -22,24 +21,20 @@ from autograder.config import GradingConfig
 from autograder.criteria.at_size import cached_at_benchmark_size, compact, eager_if_it_fits, reference_at_size
 from autograder.criteria.audit import (
     LOOSE,
-    MAX_SPREAD,
-    RATE_NOISE,
     ROTATION,
     from_your_kernels,
-    impossible_rate,
     not_plain,
     submission_running,
     timed_result_problem,
 )
 from autograder.criteria.cases import (
     case_seed,
-    dtype_name,
     gpu_case_inputs,
     left_running,
     student_error,
 )
-from autograder.criteria.codegen import compiled_kernels, not_warp_specialized, spills
 from autograder.criteria.outputs import as_outputs, as_tuple, output_problem, relative_error
+from autograder.criteria.performance_verdict import verdict
 from autograder.measure import capability, gpu_share
 from autograder.measure import device as device_mod
 from autograder.measure.timing import (
@@ -336,71 +331,5 @@ def _performance(ex: KernelExercise, fn, cfg: GradingConfig, shape: Shape, part:
     del expected
     if cached:
         return CriterionResult("performance", FAILED, cached + ": the timing means nothing")
-    speedup = t.eager_ms / ms if t.eager_ms is not None else None
-    min_frac = cfg.bar(ex, "min_fraction_of_peak", ex.default_min_fraction, part)
-    min_speedup = cfg.bar(ex, "min_speedup_over_eager", 1.0, part)
-    compiled = compiled_kernels(fn, args) if ex.no_spills or ex.warp_specialized else []
-    spilled = spills(compiled) if ex.no_spills else []
-    unspecialized = not_warp_specialized(compiled) if ex.warp_specialized else None
-    figures = {"time_ms": ms, "eager_ms": t.eager_ms, "speedup_over_eager": speedup, "peak_ms": t.peak_ms,
-               "spread": t.spread, "rounds": ROUNDS}
-    if peak.kind == "baseline":
-        frac = t.peak_ms / ms
-        rate = ex.flops(*args) / (ms * 1e-3) / 1e12 if ex.flops is not None else None
-        figures.update({"baseline_ms": t.peak_ms, "fraction_of_peak": frac, **({"TFLOPs": rate} if rate else {})})
-        what = (f"{f'{rate:.0f} TFLOP/s, ' if rate else ''}{frac:.2f} of {ex.perf_baseline_name}'s speed on this "
-                f"GPU ({ms:.3f} ms against {t.peak_ms:.3f} ms, timed in turns)")
-    else:
-        now = peak.rate(t.peak_ms)
-        if peak.kind == "matmul":
-            rate = ex.flops(*args) / (ms * 1e-3) / 1e12
-            figures.update({"TFLOPs": rate, "peak_TFLOPs": now, "profile_TFLOPs": peak.profile})
-            what = f"{rate:.0f} TFLOP/s = {rate / now:.2f} of this GPU's {dt} matmul rate"
-        else:
-            n_bytes = ex.bytes(*args)
-            rate = n_bytes / (ms * 1e-3) / 1e9
-            figures.update({"GBps": rate, "copy_GBps": now, "profile_copy_GBps": peak.profile})
-            what = (f"{rate:.0f} GB/s effective (counting the {n_bytes / 2**20:.0f} MiB the op must move) = "
-                    f"{rate / now:.2f} of this GPU's copy bandwidth")
-        frac = rate / now
-        figures["fraction_of_peak"] = frac
-        what += (f" ({now:.0f} {peak.unit}, measured in turns with your kernel"
-                 f"{f'; {peak.profile:.0f} when the profile was taken' if peak.profile else ''})")
-    figures["threshold"] = min_frac
-    figures["peak_kind"] = peak.kind
-    noise = RATE_NOISE + min(t.spread, MAX_SPREAD)
-    beyond = impossible_rate(ex, args, ms, prof, dt, peak, t.peak_ms, noise)
-    if beyond:
-        return CriterionResult("performance", FAILED, beyond, figures)
-    if peak.kind != "baseline" and frac > 1.0:  # within the noise of the ceiling: shown as at it, never above
-        figures["fraction_of_peak"] = 1.0
-        figures["measured_fraction"] = frac
-        what += f" (measured {frac:.2f}: at the ceiling, within the measurement's noise)"
-    if speedup is None:
-        against = f"{ms:.3f} ms; {ex.eager_name} not timed (it does not fit in memory here)"
-    else:
-        against = (f"{ms:.3f} ms against {t.eager_ms:.3f} ms for {ex.eager_name} ({speedup:.2f}x)"
-                   f"{'' if speedup > min_speedup else f', needs more than {min_speedup:.2f}x'}")
-    msg = (
-        f"{what}; needs {min_frac:.2f}. {'' if ex.perf_baseline is ex.eager else against + '. '}"
-        f"Shape {shape}, {dtype_name(dtype)}, {prof.name}, medians of {ROUNDS} rounds"
-        f"{', in CUDA graphs' if ex.time_in_cuda_graph and not t.note else ''}.{side_note}"
-    )
-    if spilled:
-        figures["spilled_kernels"] = len(spilled)
-        return CriterionResult("performance", FAILED, msg + "\nRegisters spilled to memory: " + "; ".join(spilled)
-                               + ". A spill is a load and a store per value in the loop; give the configuration "
-                               "more warps or a smaller block.", figures)
-    if unspecialized:
-        figures["warp_specialized"] = False
-        return CriterionResult("performance", FAILED, msg + "\n" + unspecialized, figures)
-    if frac >= min_frac and (speedup is None or speedup > min_speedup):
-        return CriterionResult("performance", PASSED, msg, figures)
-    if ex.flops is None and ex.perf_baseline is None and frac < min_frac:
-        passes = 1 / frac if frac > 0 else math.inf
-        msg += (
-            f"\nAt this speed the kernel behaves as if it moved {passes:.1f}x the minimal bytes: look for a "
-            "second read of an input, an intermediate written to memory, or blocks too small to keep "
-            "enough loads in flight."
-        )
-    return CriterionResult("performance", FAILED, msg, figures)
+    return verdict(ex, fn, args, cfg, shape=shape, part=part, dtype=dtype, dt=dt, prof=prof, peak=peak,
+                   t=t, ms=ms, side_note=side_note, rounds=ROUNDS)

@@ -10,14 +10,13 @@ import torch
 from autograder.config import GradingConfig
 from autograder.criteria.cases import case_inputs, case_seed, dtype_name, graded_dtypes, precision_shapes
 from autograder.criteria.outputs import (
-    Answer,
     as_tuple,
     call_case,
     diagnose_outputs,
     form_problem,
     relative_error,
 )
-from autograder.link.session import cases, open_session
+from autograder.link.session import Answer, cases, open_session
 from autograder.report import FAILED, PASSED, CriterionResult
 from autograder.specs.exercise import KernelExercise
 

@@ -23,10 +23,9 @@ import torch
 from autograder import config  # the package's __init__ first picks the device, as in the student's process
 from autograder import specs as registry
 from autograder.criteria import correctness, precision
-from autograder.criteria.outputs import Answer
 from autograder.judge import bars
 from autograder.link import wire
-from autograder.link.session import fresh_seed, plain, socket_address
+from autograder.link.session import Answer, fresh_seed, plain, socket_address
 from autograder.report import FAILED, CriterionResult
 from autograder.specs.exercise import KernelExercise
 

@@ -14,11 +14,11 @@ session's verdict is the criterion's result. Its cases and verdict come from the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,8 +26,20 @@ from autograder import runtime
 from autograder.link import wire
 from autograder.report import CriterionResult
 
-if TYPE_CHECKING:  # what a criterion hands over: made by the criteria, a layer above
-    from autograder.criteria.outputs import Answer
+
+# What a criterion hands over for one case: made by the criteria (outputs.call_case), carried here.
+@dataclasses.dataclass
+class Answer:
+    """What one call on a case's inputs gave, seen from the process that made it: the outputs (None when there is
+    nothing to judge: the call raised or returned the wrong kind of thing), whether each was allocated during the
+    call (and poisoned), the problems found there before the values are judged, and one found after (the result
+    was not computed by a Triton kernel), listed last."""
+
+    outs: tuple | None
+    fresh: list[bool]
+    problems: list[str]
+    late: str | None = None
+
 
 ENV_VAR = "FUSION_COURSE_JUDGE"  # the judge's socket, set by grade-class and the checker for the graded process
 

@@ -6,7 +6,7 @@ for every stub not yet written: the graded test cells (`assert_passed`) and the 
 student's function. The build tags exactly those, so the worked kernels, drawings and plots below them run too.
 
 nbgrader is not affected: its autograde runs every cell whatever happens and scores a graded cell from its error
-output, tag or none (tests/test_runall.py shows a failing tagged cell still scores 0).
+output, tag or none (tests/publish/test_runall.py shows a failing tagged cell still scores 0).
 """
 
 from __future__ import annotations

@@ -167,8 +167,8 @@ DECODER = TrainingExercise(
     cases_gpu=(TrainingCase(DecoderConfig(32768, 512, 2, 8, 1408), 2, 256),
                TrainingCase(DecoderConfig(5000, 256, 2, 4, 688), 3, 200)),
     # In the interpreter both runs are float32 and agree to 1e-4 or better: 4 steps within 0.005 catch 4 to 6 of
-    # the stale weights and wrong backwards of tests/test_training_power.py (over five seeds), where 8 steps within
-    # the GPU's 0.08 caught a stale lm_head alone.
+    # the stale weights and wrong backwards of tests/criteria/test_training.py (over five seeds), where 8 steps
+    # within the GPU's 0.08 caught a stale lm_head alone.
     training_cpu=TrainingCase(TINY, 2, 32, steps=4, lr=1e-2),
     training_gpu=TrainingCase(CAPSTONE, 8, 1024, steps=200, lr=1e-3),
     # 32 x 1024 tokens: at 8 x 1024 a step of ~90 kernels took ~9-18 ms and the reference read 0.40-0.92 of

@@ -3,13 +3,13 @@
 DIAGRAMS is the one place that says what each picture is: its file name maps to its drawing function, its alt
 text, the notebook and the section(s) that show it (words of their `#`/`##` headings) and its subject as key
 words, each of which the alt text, the drawing and the prose of the section that shows it all name
-(autograder.teach.placement checks that, tests/test_diagram_placement.py runs it over every notebook).
+(autograder.teach.placement checks that, tests/teach/test_placement.py runs it over every notebook).
 A notebook's text source shows a picture as `![](figures/NAME.svg)`, without alt text: the build
 (autograder.publish.build) writes the alt text from here.
 
 `python -m autograder.teach.diagrams` (re)writes every picture as an SVG into solutions/<notebook>/figures/. The
 SVGs are deterministic (fixed hash salt, no date, matplotlib's bundled DejaVu Sans drawn as paths), so
-tests/test_diagrams.py can regenerate each one and compare it with the committed file byte for byte.
+tests/teach/test_diagrams.py can regenerate each one and compare it with the committed file byte for byte.
 
 One colour scheme throughout: HBM (off-chip DRAM) orange, on-chip memory (shared memory / SRAM and
 registers) blue, compute green, the L2 cache violet, anything masked or never materialised grey.

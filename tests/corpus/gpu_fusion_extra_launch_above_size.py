@@ -1,7 +1,7 @@
 """One launch up to 4M elements (above every case shape, precision's included), two above: the benchmark size
 (16384 x 8192) runs unfused. On a GPU, fusion also counts a call at the benchmark size in the dtype it is timed
 in: failed, naming the size. The interpreter cannot run that size in reasonable time, so on the CPU this
-submission passes fusion with "benchmark size counted on GPU only" in the message (test_fusion_counting.py)."""
+submission passes fusion with "benchmark size counted on GPU only" in the message (test_fusion.py)."""
 EXERCISE = "01.fused_chain"
 ROUTE = "check"
 DEVICE = "gpu"

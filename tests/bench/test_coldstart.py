@@ -1,4 +1,5 @@
 """The cold-start headroom benchmark (bench/coldstart.py) without a GPU: its summaries, merge and table
+(bench/coldstart_summary.py)
 from made-up runs, its child's result line on the CPU, and the rule it exists for: no bar of this commit sits
 above the worst committed cold run divided by the margin."""
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import coldstart
+from bench import coldstart, coldstart_summary
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((coldstart.RESULTS).glob("coldstart-*.json"))
 
 
@@ -23,7 +24,7 @@ def _run(round_, frac, speedup, status="passed", bar=0.6, min_speedup=1.1):
 
 
 def test_summary_takes_the_worst_run_and_names_a_safe_bar():
-    s = coldstart.summarise([_run(0, 0.80, 3.0), _run(1, 0.70, 2.9), _run(2, 0.84, 3.1)])
+    s = coldstart_summary.summarise([_run(0, 0.80, 3.0), _run(1, 0.70, 2.9), _run(2, 0.84, 3.1)])
     frac = s["bars"]["fraction_of_peak"]
     assert (frac["min"], frac["median"], frac["max"]) == (0.70, 0.80, 0.84)
     assert frac["spread"] == pytest.approx(0.84 / 0.70)
@@ -35,11 +36,11 @@ def test_summary_takes_the_worst_run_and_names_a_safe_bar():
 
 
 def test_a_failed_run_or_a_failed_criterion_is_never_ok():
-    assert not coldstart.summarise([_run(0, 0.9, 3.0), _run(1, 0.9, 3.0, status="failed")])["ok"]
+    assert not coldstart_summary.summarise([_run(0, 0.9, 3.0), _run(1, 0.9, 3.0, status="failed")])["ok"]
     failing = {**_run(0, 0.9, 3.0), "failed": ["correctness: 3 elements wrong"]}
-    s = coldstart.summarise([failing, _run(1, 0.9, 3.0)])
+    s = coldstart_summary.summarise([failing, _run(1, 0.9, 3.0)])
     assert not s["ok"] and s["failed"] == ["correctness: 3 elements wrong"]
-    assert coldstart.summarise([_run(0, 0.9, 3.0), _run(1, 0.88, 3.0)])["ok"]
+    assert coldstart_summary.summarise([_run(0, 0.9, 3.0), _run(1, 0.88, 3.0)])["ok"]
 
 
 def _notebook_result(name, n_runs, fracs):
@@ -59,12 +60,13 @@ def _result(rows, name="NVIDIA H100 80GB HBM3"):
 
 
 def test_notebook_runs_become_one_row_per_exercise_with_the_notebook_seconds():
-    rows = coldstart.rows_of(_notebook_result("02_vertical_fusion", 3, [0.97, 0.99, 0.98]), notebook_mode=True)
+    rows = coldstart_summary.rows_of(_notebook_result("02_vertical_fusion", 3, [0.97, 0.99, 0.98]),
+                                     notebook_mode=True)
     by = {r["exercise"]: r for r in rows}
     assert by["02.rmsnorm"]["summary"]["ok"] and by["02.rmsnorm"]["summary"]["runs"] == 3
     assert by["02.predict_rmsnorm_bytes"]["summary"]["runs"] == 0  # not graded on speed: nothing to bar
-    assert coldstart.notebook_seconds(rows) == {"02_vertical_fusion": [40.0, 41.0, 42.0]}
-    text = coldstart.table(_result(rows))
+    assert coldstart_summary.notebook_seconds(rows) == {"02_vertical_fusion": [40.0, 41.0, 42.0]}
+    text = coldstart_summary.table(_result(rows))
     assert "| 02.rmsnorm | fraction_of_peak | 3/3 | 0.970 | 0.980 | 0.990 |" in text
     assert "| 02_vertical_fusion | 3 | 40 / 41 / 42 |" in text
 
@@ -72,21 +74,21 @@ def test_notebook_runs_become_one_row_per_exercise_with_the_notebook_seconds():
 def test_a_crashed_notebook_is_a_row_that_fails():
     results = {"07_fusion_for_training": [{"round": 0, "status": "crashed", "gpu": "0", "wall_s": 900,
                                            "message": "timed out after 900 s", "bars": {}, "exercises": []}]}
-    rows = coldstart.rows_of(results, notebook_mode=True)
+    rows = coldstart_summary.rows_of(results, notebook_mode=True)
     assert len(rows) == 1 and not rows[0]["summary"]["ok"]
-    assert "NOT OK: timed out" in coldstart.table(_result(rows))
+    assert "NOT OK: timed out" in coldstart_summary.table(_result(rows))
 
 
 def test_merge_puts_the_runs_of_several_calls_together():
-    one = _result(coldstart.rows_of(_notebook_result("02_vertical_fusion", 2, [0.97, 0.99]), True))
-    two = _result(coldstart.rows_of(_notebook_result("02_vertical_fusion", 2, [0.70, 0.98]), True))
-    merged = coldstart.merge([one, two])
+    one = _result(coldstart_summary.rows_of(_notebook_result("02_vertical_fusion", 2, [0.97, 0.99]), True))
+    two = _result(coldstart_summary.rows_of(_notebook_result("02_vertical_fusion", 2, [0.70, 0.98]), True))
+    merged = coldstart_summary.merge([one, two])
     row = next(r for r in merged["rows"] if r["exercise"] == "02.rmsnorm")
     assert len(row["runs"]) == 4 and len({r["round"] for r in row["runs"]}) == 4
     assert row["summary"]["bars"]["fraction_of_peak"]["min"] == 0.70
     assert not row["summary"]["ok"]  # 0.70 / 0.8 is under the margin
     with pytest.raises(SystemExit, match="one device"):
-        coldstart.merge([one, _result(one["rows"], name="NVIDIA H200")])
+        coldstart_summary.merge([one, _result(one["rows"], name="NVIDIA H200")])
 
 
 def test_the_child_prints_one_result_line_on_the_cpu():

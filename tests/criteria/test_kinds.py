@@ -14,7 +14,7 @@ from autograder import specs as registry
 from autograder.criteria import kernel, kinds
 from autograder.specs import exercise
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_exercise_finds_a_grader_for_each_of_its_criteria():

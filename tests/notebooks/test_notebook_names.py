@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(ROOT.glob("solutions/*/[0-9][0-9]_*.py"))
 INCLUDE = re.compile(r"^# include: (kernels/\w+\.py) \(([^)]*)\)$", re.M)
 INCLUDE_BODY = re.compile(r"^[ \t]+# include body: (kernels/\w+\.py) \((\w+)\)$", re.M)

@@ -15,7 +15,7 @@ import torch
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper", reason="this Triton has no Gluon")
 from kernels.flash_attention_gluon import check_gluon_inputs, flash_attention_gluon  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED_LIMIT = 232448  # bytes of shared memory one block may have on sm_90
 
 # Run in a child with TRITON_INTERPRET=0 (the tests' process interprets kernels).

@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 
 from autograder.teach import diagrams
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "solutions"
 MAX_BYTES = 150 * 1024
 KEYS = sorted(diagrams.DIAGRAMS)

@@ -18,7 +18,7 @@ from autograder import check, runtime
 
 EX = "01.warmup_repair"
 NAME = "01_hbm_cost_model"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "solutions" / NAME / f"{NAME}.py"
 RELEASE = ROOT / "course" / NAME / f"{NAME}.ipynb"
 TOP_LEVEL_SOLUTION = re.compile(r"^### BEGIN SOLUTION\n.*?^### END SOLUTION\n", re.S | re.M)

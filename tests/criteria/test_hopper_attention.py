@@ -54,7 +54,8 @@ def test_off_hopper_the_reason_names_the_machine(cap, words):
 
 
 def test_a_hopper_with_its_paths_switched_off_says_so(monkeypatch):
-    monkeypatch.setenv(runtime.NO_TMA_ENV, "1")  # what tests/test_small_gpu.py simulates: capability reads 8.9
+    # what tests/notebooks/test_small_gpu.py simulates: capability reads 8.9
+    monkeypatch.setenv(runtime.NO_TMA_ENV, "1")
     why = capability.missing_hardware("hopper", _gpu(8, 9, "NVIDIA H100 80GB HBM3"))
     assert "switched off by FUSION_COURSE_NO_TMA" in why
     with pytest.raises(ValueError, match="unknown hardware 'tpu'"):

@@ -21,7 +21,7 @@ from autograder.link.session import ENV_VAR as JUDGE_ENV
 from autograder.report import FAILED
 from autograder.specs.exercise import KernelExercise
 
-CORPUS_CASE = Path(__file__).with_name("corpus") / "precise_only_at_eight_rows.py"
+CORPUS_CASE = Path(__file__).resolve().parents[1] / "corpus" / "precise_only_at_eight_rows.py"
 MEASURED = [ex for ex in specs.all_exercises() if isinstance(ex, KernelExercise) and precision_shapes(ex)]
 
 

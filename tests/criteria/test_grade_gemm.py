@@ -205,7 +205,7 @@ def test_low_precision_accumulator_fails_precision_naming_the_growth():
 def test_rounding_before_the_gelu_passes_precision_as_torch_compile_does():
     # x @ w + b rounded to float16 before the GELU: two roundings, which is what torch.compile of the eager code
     # does (its GEMM writes y in the inputs' dtype; 1.24 times one rounding on an H100). The bound lets PyTorch's
-    # own route through (tests/test_bounds.py), so this passes, below the bound at every K.
+    # own route through (tests/specs/test_bounds.py), so this passes, below the bound at every K.
     r = check(EPILOGUE, _epilogue_with(round_before_gelu=True), criteria=["precision"])["precision"]
     assert r.status == "passed", r.message
     for k in (256, 1024, 4096, 16384):

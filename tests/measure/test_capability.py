@@ -132,6 +132,6 @@ def test_the_device_command_names_the_sizes_notebook_05_will_use():
     tiny = sizes.eager_cross_entropy_vocabs(4 * GIB)
     assert tiny == [16384, 32768] and "V = 65536, 128256 left out" in "\n".join(sizes.lines(4 * GIB))
     assert sizes.eager_cross_entropy_vocabs(0) == [16384]  # the smallest always runs
-    source = (Path(__file__).resolve().parent.parent / "solutions" / "05_streaming_reduction_fusion"
+    source = (Path(__file__).resolve().parents[2] / "solutions" / "05_streaming_reduction_fusion"
               / "05_streaming_reduction_fusion.py").read_text()
     assert "sizes.ATTENTION_LENGTHS" in source and "sizes.eager_cross_entropy_bytes" in source

@@ -16,7 +16,7 @@ jupytext = pytest.importorskip("jupytext")
 from autograder.publish import build
 from autograder.teach import diagrams, placement
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(ROOT.glob("solutions/[0-9][0-9]_*/[0-9][0-9]_*.py"))
 
 

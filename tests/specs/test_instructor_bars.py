@@ -11,7 +11,7 @@ from autograder import specs as registry
 from autograder.specs.exercise import TrainingExercise
 from bench.headroom import thresholds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HEADROOM = sorted((ROOT / "bench" / "results" / "headroom").glob("headroom-*.json"))
 GRADING_FILES = [ROOT / "grading.toml", ROOT / "autograder" / "grading.toml"]
 

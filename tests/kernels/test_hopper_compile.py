@@ -13,7 +13,7 @@ import sys
 import pytest
 import triton
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KNOWN = triton.__version__.startswith(("3.6.", "3.7."))
 
 # Run with TRITON_INTERPRET=0 (the tests' own process interprets kernels): compile each kernel for sm_90 and print

@@ -1,5 +1,6 @@
 """Notebook 06's exercises graded on the CPU: functions inside torch.compile (Dynamo alone here), the graph
-criterion, and launch settings per shape. The GPU criteria (kernels, performance) run in tests/test_gpu.py."""
+criterion, and launch settings per shape. The GPU criteria (kernels, performance) run in
+tests/criteria/test_gpu.py."""
 
 import pytest
 import torch

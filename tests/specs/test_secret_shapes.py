@@ -14,7 +14,7 @@ from autograder.criteria import step
 from autograder.criteria.cases import case_inputs, secret_shapes
 from autograder.specs.exercise import KernelExercise, StepExercise
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNEL_EXERCISES = [ex for ex in registry.all_exercises() if isinstance(ex, KernelExercise) and ex.extra_shapes]
 
 
