@@ -70,6 +70,16 @@ def bars(ex_id: str, figures: dict) -> dict:
     return out
 
 
+def bar_now(ex_id: str, name: str, then: float) -> float:
+    """The bar that today's code sets for one figure of a cold run (then: the bar when it was measured, kept for
+    figures whose bar lives in the criterion, such as a decode shape's)."""
+    ex = registry.get(ex_id)
+    fraction, min_speedup = headroom.thresholds(ex, config.load())
+    if name.endswith("speedup_over_eager"):
+        return float(min_speedup)
+    return float(fraction) if name in ("fraction_of_peak", "fraction_of_compiled") else float(then)
+
+
 def clocks() -> dict:
     """The GPU's SM and memory clocks (MHz), temperature (C) and utilisation now, from NVML; {} without it."""
     try:

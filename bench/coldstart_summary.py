@@ -64,6 +64,28 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
+def rescored(row: dict, bar_now) -> dict:
+    """A row's summary scored against the bars of today's code: bar_now(exercise, bar name, the bar when measured)
+    gives each bar now. A run counts as passed when every figure clears its bar now and no other criterion failed
+    (a performance failure at the bar of its day is not one)."""
+    s = row["summary"]
+    now = {name: bar_now(row["exercise"], name, b["bar"]) for name, b in s["bars"].items()}
+    passed = 0
+    for run in row["runs"]:
+        if run["status"] == "not graded on performance":
+            continue
+        others = [f for f in run.get("failed", []) if not f.startswith("performance:")]
+        figures = run.get("bars", {})
+        passed += not others and set(figures) == set(now) and all(figures[n][0] >= now[n] for n in now)
+    bars = {}
+    for name, b in s["bars"].items():
+        margin = b["min"] / now[name] if now[name] else float("inf")
+        bars[name] = {**b, "bar": now[name], "margin": margin, "ok": margin >= MARGIN and b["n"] == s["runs"]}
+    failed = [f for f in s["failed"] if not f.startswith("performance:")]
+    return {**s, "passed": passed, "bars": bars, "failed": failed,
+            "ok": passed == s["runs"] and not failed and all(b["ok"] for b in bars.values())}
+
+
 def table(result: dict) -> str:
     d = result["device"]
     lines = [f"Cold-start headroom: {d['name']} ({result['date']}, torch {result['torch']}, triton {result['triton']}), "

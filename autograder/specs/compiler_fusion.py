@@ -211,9 +211,11 @@ FAKE_QUANT_TIMED = KernelExercise(
     # maximum, one to scale, one write (3|x| = 768 MiB). At 8192 x 4096 the three kernels take ~0.08 ms, about what
     # the host needs to launch them: on an H100 the repaired version read 0.82 of copy bandwidth on a quiet host and
     # 0.29-0.82 with every core busy (as when other gradings compile beside it), and 0.57-0.82 in six cold checks.
-    # Four times larger it read 0.759 quiet and 0.759-0.761 busy (bench/noise.py, 2026-11-28). The broken version
-    # also fails the graph criterion, whatever its speed. The bar, 0.57: to be confirmed by cold-start headroom.
-    bars=dict(min_fraction_of_peak=0.57, min_speedup_over_eager=1.1),
+    # Four times larger it read 0.759 quiet and 0.759-0.761 busy (bench/noise.py, 2026-11-28), 0.762 in a cold check.
+    # Cold-start headroom on two H200s (4 cold checks, 2026-11-28): 0.626-0.629, spread 1.00. The bar, 0.52, is the
+    # H200's worst cold run / 1.2 (bench/results/coldstart/). The broken version also fails the graph criterion,
+    # whatever its speed.
+    bars=dict(min_fraction_of_peak=0.52, min_speedup_over_eager=1.1),
     notebook=NOTEBOOK,
     function="fake_quant",
     signature="fake_quant(x) -> y",
@@ -233,9 +235,9 @@ FAKE_QUANT = CompiledExercise(
     # Inductor's code for the student's function, timed as it runs compiled, at 8192 x 4096 bf16: one read for the
     # maximum, one to scale, one write (3|x|). The repaired version compiled: 3 kernels, 0.82 of copy bandwidth on an
     # H100 (0.72 at its slowest of 5 runs on 2026-11-26), 0.75 on an H200; the broken one compiled (two graphs, a
-    # device-to-host copy between them): 0.46-0.54 and 0.47; eager broken: 0.1. The bar, 0.57, keeps 1.25x below the
-    # repaired version's slowest run; the broken version also fails the graph criterion, whatever its speed.
-    bars=dict(min_fraction_of_peak=0.57, min_speedup_over_eager=1.1),
+    # device-to-host copy between them): 0.46-0.54 and 0.47; eager broken: 0.1. The bar is the timed twin's above
+    # (cold-start headroom); the broken version fails the graph criterion whatever its speed.
+    bars=dict(min_fraction_of_peak=0.52, min_speedup_over_eager=1.1),
     notebook=NOTEBOOK,
     function="fake_quant",
     signature="fake_quant(x) -> y",
