@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench import budget, coldstart, grading, headroom
+from bench import budget, coldstart, coldstart_summary, grading, headroom
 from bench.common import RESULTS, load, slug, versions
 
 ROOT = RESULTS.parents[1]
@@ -131,11 +131,17 @@ def _warm(row: dict) -> str:
 
 
 def _cold(row: dict) -> str:
-    s = row["summary"]
+    """Runs passed at today's bars, of all; the worst run's margin over its bar now; the widest spread."""
+    try:
+        s = coldstart_summary.rescored(row, coldstart.bar_now)
+    except KeyError:  # an exercise no longer in the course
+        return "-"
     if s["failed"] or not s["bars"]:
         return f"{s['passed']}/{s['runs']} NOT OK"
     margin = min(b["margin"] for b in s["bars"].values())
-    return f"{s['passed']}/{s['runs']}, {margin:.2f}x" + ("" if s["ok"] else " NOT OK")
+    spread = max(b["spread"] for b in s["bars"].values())
+    flag = ("" if s["ok"] else " NOT OK") + (" (spread)" if spread > coldstart.MAX_SPREAD else "")
+    return f"{s['passed']}/{s['runs']}, {margin:.2f}x, spread {spread:.2f}" + flag
 
 
 def headroom_section(shown: dict) -> list[str]:
@@ -146,13 +152,15 @@ def headroom_section(shown: dict) -> list[str]:
     for d in sorted({*warm, *cold}):
         for how, by in (("warm", warm), ("cold", cold)):
             if d in by:
-                columns[f"{d} {how}"] = [(key, (how, r)) for key, r in _solution_rows(by[d][1])]
+                columns[f"{d} {how}"] = [(key, (how, r)) for key, r in _solution_rows(by[d][1])
+                                         if how == "warm" or r["summary"]["runs"] or r["summary"]["failed"]]
     lines = ["", "## How far the reference solutions clear their grading bars", "",
              "Each reference solution graded on speed by the grader's own performance criterion: several times in a "
              "row on a warm machine, and cold, each grading a fresh process with empty caches as a student's first "
              "check. A cell: the runs that passed, of all, and the worst run's margin over the nearer of its two bars "
-             f"(1.00x: on the bar). A solution should clear its bars by {headroom.HEADROOM:.2f}x warm and "
-             f"{coldstart.MARGIN:.2f}x cold.", ""]
+             f"(1.00x: on the bar); cold, scored against today's bars, with the largest spread (max / min over the "
+             f"runs) of its figures. A solution should clear its bars by {headroom.HEADROOM:.2f}x warm and "
+             f"{coldstart.MARGIN:.2f}x cold, with a spread under {coldstart.MAX_SPREAD:.2f}.", ""]
     lines += cross_table(["exercise"], columns, lambda item: _warm(item[1]) if item[0] == "warm" else _cold(item[1]))
     passing = [f"{r['exercise']} ({r['what']}) on {d}" for d, (_, run) in warm.items() for r in run["rows"]
                if r.get("role") == "naive" and r["summary"]["passed"]]

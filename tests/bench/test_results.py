@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import plots, report
+from bench import coldstart, coldstart_summary, plots, report
 from bench import suite as bench
 
 RESULTS = sorted(bench.RESULTS.glob("*.json"))
@@ -57,7 +57,7 @@ def test_every_committed_run_records_its_device_versions_and_date(path):
     from bench.common import versions
 
     r = json.loads(path.read_text())
-    assert r["device"]["name"] and r["date"] and r["rows"]
+    assert r["device"]["name"] and r["date"] and (r.get("rows") or r.get("files"))  # gpu-tests runs: per file
     assert "?" not in versions(r)
 
 
@@ -93,9 +93,11 @@ def test_cold_start_runs_are_shown_beside_the_warm_ones(tmp_path, monkeypatch):
     header = next(line for line in lines if line.startswith("| exercise"))
     assert header == f"| exercise | {device} warm | {device} cold |"
     row = next(line for line in lines if line.startswith("| 06.fake_quant"))
-    bars = run["rows"][0]["summary"]["bars"]
+    bars = coldstart_summary.rescored(run["rows"][0], coldstart.bar_now)["bars"]  # against today's bars
     worst = min(b["margin"] for b in bars.values())
-    assert row.endswith(f"| 8/8, {worst:.2f}x NOT OK |")  # the fraction's spread leaves it under the margin
+    spread = max(b["spread"] for b in bars.values())
+    assert spread > coldstart.MAX_SPREAD  # that run was taken before the measurement settled the clocks
+    assert row.endswith(f"| 8/8, {worst:.2f}x, spread {spread:.2f} NOT OK (spread) |")
     assert report.kind(bench.RESULTS / "coldstart" / "coldstart-nvidia-h200.json") == "coldstart"
     assert report.kind(cold) is None and report.kind(bench.RESULTS / "coldstart" / "coldstart-x-partial.json") is None
 
@@ -179,6 +181,12 @@ def test_headroom_results_record_device_versions_date_and_every_run(path):
     assert all(row["exercise"] in text for row in r["rows"])
 
 
+# A naive version that no fair speed bar fails, with the criterion that fails it instead: 06.fake_quant's broken
+# version, compiled, read up to 0.524 of copy bandwidth on an H100, and the repaired one's worst cold run on an
+# H200 allows a bar of 0.52 at most; it is two graphs with a device-to-host copy (tests/criteria/test_compiled.py).
+NAIVE_FAILED_BY = {"06.fake_quant": "graph"}
+
+
 @pytest.mark.parametrize("path", HEADROOM, ids=lambda p: p.stem)
 def test_headroom_verdicts_follow_the_committed_thresholds(path):
     """Each run's pass or fail is the criterion's rule applied to the figures it measured and the thresholds in
@@ -193,8 +201,10 @@ def test_headroom_verdicts_follow_the_committed_thresholds(path):
         threshold, min_speedup = bench_headroom.thresholds(registry.get(row["exercise"]), cfg)
         for run in row["runs"]:
             assert bench_headroom.rescore(run, threshold, min_speedup)["status"] == run["status"], row["what"]
-        if row["role"] == "naive":
+        if row["role"] == "naive" and row["exercise"] not in NAIVE_FAILED_BY:
             assert row["summary"]["passed"] == 0, (row["exercise"], row["what"])
+        if row["exercise"] in NAIVE_FAILED_BY:
+            assert NAIVE_FAILED_BY[row["exercise"]] in registry.get(row["exercise"]).criteria
 
 
 def test_headroom_finds_a_solution_and_a_naive_version_for_every_exercise_graded_on_speed():

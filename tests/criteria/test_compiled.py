@@ -130,10 +130,12 @@ def test_autotune_and_triton_op_work_in_the_interpreter():
 # --- On a GPU: what the CPU cannot grade ---------------------------------------------------------------------
 
 @pytest.mark.gpu
-def test_on_a_gpu_the_broken_fake_quant_fails_graph_kernels_and_bandwidth():
+def test_on_a_gpu_the_broken_fake_quant_fails_graph_and_kernels():
+    """The graph and kernel criteria, not the speed bar, fail the broken version: compiled, it read 0.46-0.54 of copy
+    bandwidth on an H100, and the bar that every cold run of the repaired version clears by 1.2x is 0.52."""
     report = check("06.fake_quant", fake_quant_broken)
     assert _status(report, "correctness").status == "passed"
-    for criterion, says in (("graph", "item()"), ("kernels", "Memcpy DtoH"), ("performance", "copy bandwidth")):
+    for criterion, says in (("graph", "item()"), ("kernels", "Memcpy DtoH")):
         result = _status(report, criterion)
         assert result.status == "failed" and says in result.message, (criterion, result.message)
 
