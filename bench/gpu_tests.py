@@ -43,7 +43,8 @@ def per_file(xml_text: str) -> dict:
     root = ET.fromstring(xml_text)
     files: dict = defaultdict(lambda: {**{o: 0 for o in OUTCOMES}, "failures": [], "skips": []})
     for case in root.iter("testcase"):
-        name = case.get("file") or module_file(case.get("classname") or "")
+        # a module that failed to collect is a case with no classname, named by its dotted path
+        name = case.get("file") or module_file(case.get("classname") or case.get("name") or "")
         status, why = outcome(case)
         row = files[name]
         row[status] += 1

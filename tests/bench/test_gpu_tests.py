@@ -26,6 +26,15 @@ def test_counts_per_file():
     assert files["tests/test_sandbox.py"]["passed"] == 1
 
 
+def test_a_module_that_failed_to_collect_is_named_by_its_file():
+    """pytest writes a collection error as a case with no classname, named by the module's dotted path."""
+    junit = """<testsuites><testsuite><testcase classname="" name="tests.bench.test_scale" time="0">
+      <error message="collection failure">ModuleNotFoundError: No module named 'jupytext'</error></testcase>
+      </testsuite></testsuites>"""
+    files = gpu_tests.per_file(junit)
+    assert list(files) == ["tests/bench/test_scale.py"] and files["tests/bench/test_scale.py"]["failed"] == 1
+
+
 def test_table_totals():
     result = {"device": {"name": "GPU"}, "date": "2026-11-28", "torch": "2.11", "triton": "3.6",
               "files": gpu_tests.per_file(JUNIT)}
