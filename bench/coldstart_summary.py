@@ -25,10 +25,12 @@ def rows_of(results: dict, notebook_mode: bool) -> list[dict]:
             if not run.get("exercises"):  # the notebook crashed: every exercise of it lost this run
                 rows.setdefault(f"{key}: crashed", {"exercise": key, "what": "the notebook", "runs": []})
                 rows[f"{key}: crashed"]["runs"].append(run)
-            for ex in run.get("exercises", []):
+            for n, ex in enumerate(run.get("exercises", [])):
                 rows.setdefault(ex["exercise"], {"exercise": ex["exercise"], "what": key, "runs": []})
+                # the notebook's own figures ride with its first exercise: where its seconds went
+                cells = {k: run[k] for k in ("cells_s", "slowest_cells") if k in run} if n == 0 else {}
                 rows[ex["exercise"]]["runs"].append({"round": run["round"], "gpu": run["gpu"],
-                                                     "notebook_s": run["seconds"], **ex})
+                                                     "notebook_s": run["seconds"], **cells, **ex})
     for row in rows.values():
         row["summary"] = summarise(row["runs"])
     return list(rows.values())
