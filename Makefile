@@ -113,7 +113,7 @@ test: $(STAMP) browser sandbox slurm
 
 # Only the corpus of bad submissions (tests/corpus/), graded the three ways; `make test` includes it.
 corpus: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/test_corpus.py tests/test_corpus_class.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) tests/hostile/test_corpus.py tests/hostile/test_corpus_class.py $(PYTEST_ARGS)
 
 # Regenerate the solution notebooks from their text sources, then the release (course/) with nbgrader; give the
 # course a secret seed of its own the first time (.grading-secret.toml beside grading.toml, git-ignored).

@@ -8,7 +8,7 @@ that the harness reads with ast, without running the file:
                "checker": run by the checker (python -m autograder check) in a fresh process, after the
                           notebook's set-up cell: crashes, hangs and tampering go this way
                "class":   handed in as a student's notebook and graded by grade-class with nbgrader
-                          (tests/test_corpus_class.py)
+                          (tests/hostile/test_corpus_class.py)
     CRITERIA   the criteria to grade (check, checker)
     FAILS      {criterion: [phrases]}: the criterion must fail, its message containing every phrase
     PASSES     criteria that must pass (optional)

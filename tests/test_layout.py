@@ -262,15 +262,6 @@ COURSE_WIDE = {
 }
 # Folders of tests/ that hold data, not test files.
 DATA = {"corpus"}
-# Test files still at the top of tests/ while other work on them lands: where each goes next.
-NOT_MOVED_YET = {
-    "tests/test_nbgrader_roundtrip.py": "tests/notebooks/test_nbgrader_roundtrip.py",
-    "tests/test_notebooks.py": "tests/notebooks/test_notebooks.py",
-    "tests/test_grade_class.py": "tests/classroom/test_grade_class.py",
-    "tests/test_grade_class_parallel.py": "tests/classroom/test_grade_class_parallel.py",
-    "tests/test_corpus.py": "tests/hostile/test_corpus.py",
-    "tests/test_corpus_class.py": "tests/hostile/test_corpus_class.py",
-}
 # Modules of autograder/ without a test file named after them: where their tests are.
 TESTED_IN = {
     "autograder": "tests/checker/test_checker.py",  # a notebook's first cell, in the checker's Jupyter kernel
@@ -363,9 +354,7 @@ def _own_test_file(module: str) -> str | None:
 
 
 def _exists(path: str) -> bool:
-    """The test file is there, or it still waits at the old path NOT_MOVED_YET gives for it."""
-    waiting = {new: old for old, new in NOT_MOVED_YET.items()}
-    return (ROOT / path).is_file() or (path in waiting and (ROOT / waiting[path]).is_file())
+    return (ROOT / path).is_file()
 
 
 def _test_files() -> list[Path]:
@@ -400,17 +389,11 @@ def test_every_test_file_sits_in_the_folder_of_what_it_tests():
     folders = packages | {"kernels", "bench"} | set(COURSE_WIDE)
     files = _test_files()
     at_top = [str(f) for f in files
-              if len(f.parts) == 2 and f.name not in HOUSE_RULES and str(f) not in NOT_MOVED_YET]
+              if len(f.parts) == 2 and f.name not in HOUSE_RULES]
     assert at_top == [], "move these into the folder of the package they test (or of COURSE_WIDE)"
     stray = sorted({f.parts[1] for f in files if len(f.parts) > 2} - folders)
     assert stray == [], "a folder of tests/ is named after no package of the code and is not in COURSE_WIDE"
     assert [name for name in HOUSE_RULES if not (TESTS / name).is_file()] == []
-
-
-def test_a_test_file_not_moved_yet_is_at_its_old_path_or_its_new_one():
-    for old, new in NOT_MOVED_YET.items():
-        assert (ROOT / old).is_file() != (ROOT / new).is_file(), f"{old}: at one of its two paths, not both"
-        assert Path(new).parts[1] in set(COURSE_WIDE) | {p.name for p in (ROOT / "autograder").iterdir()}
 
 
 def test_no_two_test_files_share_a_name():

@@ -31,7 +31,7 @@ class Exercise:
     # Elsewhere every criterion reads skip with the reason (autograder.measure.capability.missing_hardware): the
     # hardware a student has never costs them a grade.
     hardware: str = ""
-    # An optional exercise: its graded cells carry 0 points (feedback, not credit; tests/test_notebooks.py).
+    # An optional exercise: its graded cells carry 0 points (feedback, not credit; tests/notebooks/test_notebooks.py).
     optional: bool = False
 
     @property

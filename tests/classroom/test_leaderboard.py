@@ -1,5 +1,5 @@
 """The leaderboard's figures: what check() records in a grading process and grade-class reads back (the GPU's
-numbers faked here; tests/test_grade_class.py covers the CPU's "not measured")."""
+numbers faked here; tests/classroom/test_grade_class.py covers the CPU's "not measured")."""
 
 import csv
 

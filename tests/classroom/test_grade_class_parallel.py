@@ -15,7 +15,7 @@ from autograder.classroom.runners import Slot, gpu_slots
 from autograder.classroom.grade_class import grade_class
 
 NAME = classroom.ASSIGNMENT
-CORPUS = Path(__file__).parent / "corpus"
+CORPUS = Path(__file__).parents[1] / "corpus"
 
 
 def _cell(case: str) -> str:

@@ -2,7 +2,7 @@
 
 Every case in tests/corpus/ must be graded as it expects: the criterion it names fails with the words it names.
 The nbgrader cases (route "class") are in test_corpus_class.py. No Jupyter package is imported here, so a GPU
-machine without Jupyter runs the gpu-marked cases: ``python -m pytest -m gpu tests/test_corpus.py``.
+machine without Jupyter runs the gpu-marked cases: ``python -m pytest -m gpu tests/hostile/test_corpus.py``.
 """
 
 import pytest
