@@ -193,9 +193,7 @@ def package_path(env: dict) -> dict:
     without `pip install` imports the package through the current folder only, which a child started in a course's
     or a student's folder does not have; an editable install elsewhere would give the child other code. Nothing
     changes where the package lies in one of this Python's site-packages (an ordinary install)."""
-    import autograder
-
-    root = str(Path(autograder.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding autograder/publish/build.py's package
     sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if root in sites:
         return env
