@@ -67,6 +67,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             results.append(CriterionResult(name, FAILED, problem))
             continue
         started = time.perf_counter()
+        held_before = _held_gib()  # the notebook's live tensors (and earlier exercises' leftovers)
         with quiet() as noise:
             try:
                 # The small cases choose an autotuned kernel's launch settings by one timed call (warmup.py).
@@ -78,7 +79,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
             except deadline.CriterionTimeout as exc:  # recorded, and the next criterion is graded
                 result = CriterionResult(name, FAILED, deadline.timed_out_message(name, exc.seconds))
             except Exception as exc:  # a grader bug must still produce a result, not a crash
-                result = CriterionResult(name, FAILED, _grader_failure(exc))
+                result = CriterionResult(name, FAILED, _grader_failure(exc, held_before))
         result.seconds = round(time.perf_counter() - started, 2)
         if noise:
             result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
@@ -100,16 +101,35 @@ def _settings() -> config_mod.GradingConfig:
                                criterion_timeout_s=float(shared["criterion_timeout_s"]))
 
 
-def _grader_failure(exc: Exception) -> str:
-    """The message when grading itself raised: the device's state is the usual cause, not a grader bug."""
+def _held_gib() -> float | None:
+    """GiB held by live tensors on the GPU now; None without CUDA."""
+    return torch.cuda.memory_allocated() / 2**30 if torch.cuda.is_available() else None
+
+
+NOTEBOOK_HOLDS_GIB = 1.0  # live tensors before a criterion above this are named as the notebook's
+
+
+def _grader_failure(exc: Exception, held_before: float | None = None) -> str:
+    """The message when grading itself raised: the device's state is the usual cause, not a grader bug.
+    held_before: GiB of live tensors when the criterion began (the notebook's), to tell them from the
+    criterion's own (its inputs, references and outputs at the benchmark size, and the function's)."""
     text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        held = ""
-        if torch.cuda.is_available():
-            held = f" ({torch.cuda.memory_allocated() / 2**30:.1f} GiB held by live tensors)"
-        return (f"GPU memory ran out while grading{held}: the notebook keeps large tensors alive, or the function "
-                f"allocates far more than its output. Free them (del, torch.cuda.empty_cache()) or allocate less. "
-                f"[{text}]")
+        now = _held_gib()
+        if now is None or held_before is None:
+            held = "" if now is None else f" ({now:.1f} GiB held by live tensors)"
+            return (f"GPU memory ran out while grading{held}: the notebook keeps large tensors alive, or the "
+                    f"function allocates far more than its output. Free them (del, torch.cuda.empty_cache()) or "
+                    f"allocate less. [{text}]")
+        held = (f" ({now:.1f} GiB held by live tensors when it ran out, {held_before:.1f} GiB of them before this "
+                f"criterion began)")
+        if held_before > NOTEBOOK_HOLDS_GIB:
+            return (f"GPU memory ran out while grading{held}: the notebook keeps {held_before:.1f} GiB of tensors "
+                    f"alive. Free them (del, torch.cuda.empty_cache()) before grading, or allocate less. [{text}]")
+        return (f"GPU memory ran out while grading{held}: not the notebook's tensors, but this criterion's own at "
+                f"its benchmark size (inputs, references, outputs) and what the function allocates. Does it "
+                f"allocate far more than its output? If not, this GPU has too little memory for the grader's "
+                f"benchmark: please report it. [{text}]")
     if runtime.cuda_context_broken(exc):
         return (f"the GPU can no longer run anything in this process: an earlier kernel accessed memory out of "
                 f"bounds (a load or store without a correct mask?) and broke the CUDA context; restart the kernel. "

@@ -316,10 +316,13 @@ class SampledCalls:
         return replay_next
 
     def samples(self) -> list[tuple[int, object]]:
-        """(input set, output) of the calls to verify: the kept plain calls, or each graph's output."""
+        """(input set, output) of the calls to verify: the kept plain calls, or each graph's output; in the order
+        of their input sets, so that a verifier needs one set's reference at a time (at a benchmark size, a float32
+        reference of add_rmsnorm's two outputs takes 1 GiB)."""
         if self.graph_outputs is not None:
             return list(self.graph_outputs)
-        return [(i, out) for i, _, out in self.kept] + [(i, out) for i, (_, out) in sorted(self.last.items())]
+        found = [(i, out) for i, _, out in self.kept] + [(i, out) for i, (_, out) in sorted(self.last.items())]
+        return sorted(found, key=lambda s: s[0])
 
     def verify(self, problem) -> str | None:
         """The first problem(set, output) -> str | None found among the samples, with which call it was; also

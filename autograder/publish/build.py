@@ -31,6 +31,7 @@ import ast
 import base64
 import os
 import re
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -179,10 +180,25 @@ def write_solution(src: Path) -> Path:
 
 
 def tool_env() -> dict:
-    """The environment for running nbgrader: it calls helpers (alembic) by name, so this Python's bin/ goes
-    first on PATH even when the venv is not activated."""
-    env = dict(os.environ)
+    """The environment for running nbgrader and the grader's other processes: nbgrader calls helpers (alembic) by
+    name, so this Python's bin/ goes first on PATH even when the venv is not activated; and a child started in
+    another folder imports this very autograder (package_path)."""
+    env = package_path(dict(os.environ))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def package_path(env: dict) -> dict:
+    """env, with the folder holding this autograder package first on PYTHONPATH. A checkout run from its root
+    without `pip install` imports the package through the current folder only, which a child started in a course's
+    or a student's folder does not have; an editable install elsewhere would give the child other code. Nothing
+    changes where the package lies in one of this Python's site-packages (an ordinary install)."""
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding autograder/publish/build.py's package
+    sites = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if root in sites:
+        return env
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and str(Path(p).resolve()) != root]
+    env["PYTHONPATH"] = os.pathsep.join([root, *rest])
     return env
 
 

@@ -359,3 +359,24 @@ def test_a_stub_kernel_raising_through_the_interpreter_counts_as_not_written():
         assert not_written(wrapped)
     assert not_written(InterpreterError("NotImplementedError()"))
     assert not not_written(ValueError("a real bug")) and not not_written(InterpreterError("IndexError"))
+
+
+def test_the_samples_are_verified_one_input_set_after_another():
+    """A verifier that keeps one set's reference at a time (the performance criterion, where three references
+    beside the kept outputs are too many for a 16 GB card) computes each set's reference once."""
+    for seed in range(20):
+        calls = timing.SampledCalls(lambda x: [x], [(0,), (1,), (2,)], keep=3, seed=seed)
+        for _ in range(50):
+            calls()
+        order = [i for i, _ in calls.samples()]
+        assert order == sorted(order) and set(order) == {0, 1, 2}, order
+        assert all(out == [i] for i, out in calls.samples())
+        computed = []
+
+        def problem(i, out, computed=computed):
+            if not computed or computed[-1] != i:
+                computed.append(i)  # a reference computed anew, as performance.reference does after another set's
+            return None
+
+        assert calls.verify(problem) is None
+        assert computed == [0, 1, 2]
