@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from autograder import config
 from autograder import specs as registry
 from autograder.checker import notebook as checker
+from autograder.classroom.process import seed_font_cache
 from autograder.measure import device
 from bench import headroom
 from bench.coldstart_summary import MARGIN, MAX_SPREAD, merge, rows_of, table
@@ -142,9 +143,29 @@ def child_notebook(path: Path) -> int:
     return 0
 
 
-def fresh_env(folder: Path, gpu: str) -> dict:
-    """The environment of one cold run: this GPU only, every cache empty and private to the run."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, PYTHONUNBUFFERED="1")
+def installed(folder: Path) -> dict:
+    """What a machine set up for the course holds before any grading, as variables for every cold run: Python's
+    bytecode (pip writes it at install; a package folder without it, as on some GPU images, makes every process
+    compile a thousand of torch's modules again: 7 s of a cold check of 07) and matplotlib's font list (built at
+    the first plot; 12 s when every run scans the machine's fonts again, which grade-class never does:
+    classroom.process.seed_font_cache). Neither is a grading cache: Triton's, Inductor's, CUDA's and the
+    course's stay empty for every run (fresh_env)."""
+    env = {"PYTHONPYCACHEPREFIX": str(folder / "bytecode"), "MPLCONFIGDIR": str(folder / "matplotlib")}
+    seed_font_cache(folder / "matplotlib")
+    warm = ("import torch, triton, matplotlib.pyplot, torch._dynamo, torch._inductor.compile_fx, "
+            "torch._higher_order_ops.triton_kernel_wrap, autograder, kernels; "
+            "from autograder import specs; specs.all_exercises()")
+    # Written here even where PYTHONDONTWRITEBYTECODE is set (an empty value unsets it); the runs only read it.
+    subprocess.run([sys.executable, "-c", warm], env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "",
+                                                      "PYTHONDONTWRITEBYTECODE": ""},
+                   capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    return env
+
+
+def fresh_env(folder: Path, gpu: str, machine: dict | None = None) -> dict:
+    """The environment of one cold run: this GPU only, every cache empty and private to the run (but what the
+    machine's set-up holds, `machine`: see installed())."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, PYTHONUNBUFFERED="1", **(machine or {}))
     for var, name in {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "nv",
                       "FUSION_COURSE_CACHE": "course", "XDG_CACHE_HOME": "xdg"}.items():
         (folder / name).mkdir(parents=True, exist_ok=True)
@@ -152,13 +173,13 @@ def fresh_env(folder: Path, gpu: str) -> dict:
     return env
 
 
-def run_one(args: list[str], gpu: str) -> dict:
+def run_one(args: list[str], gpu: str, machine: dict | None = None) -> dict:
     """One cold run in a fresh process on one GPU: its result line, or why there is none."""
     with tempfile.TemporaryDirectory(prefix="coldstart-") as tmp:
         cmd = [sys.executable, "-m", "bench.coldstart", *args]
         started = time.perf_counter()
         try:
-            p = subprocess.run(cmd, env=fresh_env(Path(tmp), gpu), capture_output=True, text=True,
+            p = subprocess.run(cmd, env=fresh_env(Path(tmp), gpu, machine), capture_output=True, text=True,
                                timeout=CHILD_TIMEOUT_S)
             out, err, code = p.stdout, p.stderr, p.returncode
         except subprocess.TimeoutExpired as exc:
@@ -193,7 +214,7 @@ def jobs_of(runs: int, notebook_mode: bool, only: list[str] | None, shapes: dict
 
 
 def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | None, shapes: dict,
-            deadline_s: float | None = None, checkpoint=None) -> list[dict]:
+            deadline_s: float | None = None, checkpoint=None, machine: dict | None = None) -> list[dict]:
     """Every job on the first free GPU; past deadline_s no new job starts (the runs so far are kept).
     checkpoint(rows), if given, is called after every run, so that a run cut off from outside loses only the
     gradings in flight."""
@@ -211,7 +232,7 @@ def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | N
                 r, key, args = jobs.get_nowait()
             except queue.Empty:
                 return
-            result = run_one(args, gpu)
+            result = run_one(args, gpu, machine)
             with lock:
                 results[key].append({"round": r, **result})
                 bar.update()
@@ -311,7 +332,10 @@ def main(argv=None) -> int:
                    args.out / f".{name}-inprogress.tmp")
         os.replace(tmp, args.out / f"{name}-inprogress.json")  # whole or not at all, if cut off mid-write
 
-    rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s, checkpoint)
+    with tempfile.TemporaryDirectory(prefix="coldstart-machine-") as machine_dir:
+        machine = installed(Path(machine_dir))
+        rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s, checkpoint,
+                       machine)
     result = {**head, "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
     path = save(result, args.out / f"{name}.json")
     (args.out / f"{name}-inprogress.json").unlink(missing_ok=True)
