@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from autograder import config
 from autograder import specs as registry
 from autograder.checker import notebook as checker
-from autograder.classroom.process import seed_font_cache
+from autograder.classroom.fonts import seed_font_cache
 from autograder.measure import device
 from bench import headroom
 from bench.coldstart_summary import MARGIN, MAX_SPREAD, merge, rows_of, table

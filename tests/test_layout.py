@@ -279,6 +279,7 @@ TESTED_IN = {
     "autograder.classroom.gradebook": "tests/classroom/test_unmeasurable_here.py",
     "autograder.classroom.loop": "tests/classroom/test_grade_class.py",
     "autograder.classroom.process": "tests/classroom/test_grade_class.py",
+    "autograder.classroom.fonts": "tests/classroom/test_grade_class.py",
     "autograder.classroom.runners": "tests/classroom/test_grade_class_parallel.py",
     "autograder.classroom.secret": "tests/classroom/test_grade_class.py",
     "autograder.classroom.student": "tests/classroom/test_grade_class.py",

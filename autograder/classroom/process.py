@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autograder import config, runtime
 from autograder.classroom import compile_cache, leaderboard
+from autograder.classroom.fonts import seed_font_cache
 from autograder.classroom.course import CRASHED, GRADED, NOT_RUN, TIMED_OUT
 from autograder.config import ENV_VAR
 from autograder.guard import procs, sandbox
@@ -49,22 +50,6 @@ def child_env(work: Path) -> dict:
     env.update(PYTHONDONTWRITEBYTECODE="1", PWD=str(work))
     env.pop("OLDPWD", None)
     return env
-
-
-def seed_font_cache(dest: Path) -> None:
-    """Matplotlib's font list, copied into a student's private config folder: an empty folder makes the first
-    plot scan every font on the machine again (15 s of each student's grading on a GPU server). A copy keeps
-    the folder private: what a notebook writes there reaches nobody else."""
-    try:
-        import matplotlib
-        from matplotlib import font_manager  # noqa: F401  builds this process's font list once, if missing
-
-        found = sorted(Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))
-    except Exception:  # noqa: BLE001  no matplotlib here: the notebook finds out for itself
-        return
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in found:
-        shutil.copy(f, dest / f.name)
 
 
 class Running:

@@ -131,3 +131,21 @@ def test_no_bar_sits_above_the_worst_cold_run_over_the_margin(path):
                 f"{row['exercise']} {name}: worst cold run {b['min']:.3f} on {result['device']['name']} is under "
                 f"{coldstart.MARGIN} x the bar {b['bar']:.3f}; set the bar at most {b['min'] / coldstart.MARGIN:.2f}")
         assert s["passed"] == s["runs"], f"{row['exercise']}: {s['passed']} of {s['runs']} cold runs pass today's bars"
+
+
+def test_the_benchmark_imports_where_nbgrader_is_not_installed():
+    """A bare GPU machine runs the cold checks: the font list it seeds must not come through the class run's
+    modules, which import nbgrader."""
+    import subprocess
+    import sys
+
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path, target=None):\n"
+               "        if name.split('.')[0] == 'nbgrader':\n"
+               "            raise ImportError('nbgrader is not installed here')\n"
+               "sys.meta_path.insert(0, Block())\n"
+               "import bench.coldstart, bench.grading_profile\n"
+               "print('imported')\n")
+    p = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=120)
+    assert "imported" in p.stdout, p.stderr[-2000:]
