@@ -39,7 +39,7 @@ from autograder.checker import notebook as checker
 from autograder.classroom.fonts import seed_font_cache
 from autograder.measure import device
 from bench import headroom
-from bench.coldstart_summary import MARGIN, MAX_SPREAD, merge, rows_of, table
+from bench.coldstart_summary import INSTALLED, MARGIN, MAX_SPREAD, merge, rows_of, table
 from bench.common import RESULTS, load, needs_gpu, record, save, slug
 from bench.grading import notebooks as solution_notebooks
 
@@ -234,7 +234,7 @@ def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | N
                 return
             result = run_one(args, gpu, machine)
             with lock:
-                results[key].append({"round": r, **result})
+                results[key].append({"round": r, **result, **({"machine": INSTALLED} if machine else {})})
                 bar.update()
                 tqdm.write(f"[gpu {gpu}] {key} run {r + 1}: {describe(result)}")
                 if checkpoint is not None:
@@ -322,7 +322,9 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     head = {**record(device.profile()), "runs": args.runs, "deadline_s": args.deadline_s, "gpus": gpus,
             "only": args.only or [], "unit": "exercise" if args.exercises else "notebook",
-            "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD}
+            "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD,
+            "machine": f"{INSTALLED}: Python's bytecode and matplotlib's font list kept (installed()); Triton, "
+                       "Inductor, CUDA and course caches empty per run"}
     suffix = (f"-{args.label}" if args.label else "") + ("-exercises" if args.exercises else "")
     suffix += "-partial" if args.only or shapes else ""
     name = f"coldstart-{slug(head['device']['name'])}{suffix}"

@@ -30,20 +30,29 @@ def rows_of(results: dict, notebook_mode: bool) -> list[dict]:
                 # the notebook's own figures ride with its first exercise: where its seconds went
                 cells = {k: run[k] for k in ("cells_s", "slowest_cells") if k in run} if n == 0 else {}
                 rows[ex["exercise"]]["runs"].append({"round": run["round"], "gpu": run["gpu"],
-                                                     "notebook_s": run["seconds"], **cells, **ex})
+                                                     "notebook_s": run["seconds"], **cells, **ex,
+                                                     **({"machine": run["machine"]} if "machine" in run else {})})
     for row in rows.values():
         row["summary"] = summarise(row["runs"])
     return list(rows.values())
 
 
+INSTALLED = "installed"  # a run's "machine": Python's bytecode and matplotlib's font list there (coldstart.installed)
+
+
 def notebook_seconds(results_rows: list[dict]) -> dict:
-    """{notebook: [seconds of each cold check]} from the rows of a notebook-mode run."""
+    """{notebook: [seconds of each cold check]} from the rows of a notebook-mode run: of the checks on a machine
+    as installed where a notebook has some (a bare one also compiled torch's bytecode and scanned the fonts)."""
     out: dict = {}
     for row in results_rows:
         for run in row["runs"]:
             if "notebook_s" in run:
-                out.setdefault(row["what"], {})[run["round"]] = run["notebook_s"]
-    return {nb: [v for _, v in sorted(d.items())] for nb, d in out.items()}
+                out.setdefault(row["what"], {})[run["round"]] = (run["notebook_s"], run.get("machine") == INSTALLED)
+    kept = {}
+    for nb, d in out.items():
+        installed = [v for _, (v, inst) in sorted(d.items()) if inst]
+        kept[nb] = installed or [v for _, (v, _) in sorted(d.items())]
+    return kept
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -110,7 +119,8 @@ def table(result: dict) -> str:
                          f"{b['margin']:.2f} | {b['safe_bar']:.2f} | {flag} |")
     seconds = notebook_seconds(result["rows"])
     if seconds:
-        lines += ["", "| notebook | cold checks | seconds (min / median / max) |", "|---|---|---|"]
+        lines += ["", "| notebook | cold checks | seconds (min / median / max; as installed where measured so) |",
+                  "|---|---|---|"]
         lines += [f"| {nb} | {len(v)} | {min(v):.0f} / {statistics.median(v):.0f} / {max(v):.0f} |"
                   for nb, v in sorted(seconds.items())]
     return "\n".join(lines) + "\n"
@@ -124,10 +134,13 @@ def merge(parts: list[dict]) -> dict:
     if len(names) != 1 or len(units) != 1:
         raise SystemExit(f"--merge takes runs of one device and one unit; these are {sorted(names)}, {sorted(units)}")
     rows: dict = {}
-    for n, part in enumerate(parts):
+    offset = 0  # past every round of the parts before: a part may be a merge itself, its rounds in the thousands
+    for part in parts:
         for row in part["rows"]:
             into = rows.setdefault((row["exercise"], row["what"]), {**row, "runs": []})
-            into["runs"] += [{**run, "round": run["round"] + 1000 * n} for run in row["runs"]]
+            into["runs"] += [{**run, "round": run["round"] + offset} for run in row["runs"]]
+        last = max((run["round"] for row in part["rows"] for run in row["runs"]), default=0)
+        offset += (last // 1000 + 1) * 1000
     for row in rows.values():
         row["runs"].sort(key=lambda run: run["round"])
         row["summary"] = summarise(row["runs"])

@@ -149,3 +149,26 @@ def test_the_benchmark_imports_where_nbgrader_is_not_installed():
                "print('imported')\n")
     p = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=120)
     assert "imported" in p.stdout, p.stderr[-2000:]
+
+
+def test_a_merge_of_a_merge_keeps_every_check_of_a_notebook():
+    """Rounds are renumbered past every round before them: a merged table merged again with a new call's run
+    lost the checks whose rounds collided (01's three checks read as two)."""
+    part = lambda fracs: _result(coldstart_summary.rows_of(_notebook_result("02_vertical_fusion", 2, fracs), True))
+    first = coldstart_summary.merge([part([0.97, 0.99]), part([0.96, 0.98])])
+    again = coldstart_summary.merge([first, part([0.95, 0.99])])
+    assert len(coldstart_summary.notebook_seconds(again["rows"])["02_vertical_fusion"]) == 6
+    row = next(r for r in again["rows"] if r["exercise"] == "02.rmsnorm")
+    assert len({r["round"] for r in row["runs"]}) == 6
+
+
+def test_notebook_seconds_are_those_of_a_machine_as_installed_where_there_are_some():
+    bare = _notebook_result("02_vertical_fusion", 2, [0.97, 0.99])
+    installed = _notebook_result("02_vertical_fusion", 1, [0.98])
+    for run in installed["02_vertical_fusion"]:
+        run.update(machine=coldstart_summary.INSTALLED, seconds=30.0)
+    rows = coldstart_summary.merge([_result(coldstart_summary.rows_of(bare, True)),
+                                    _result(coldstart_summary.rows_of(installed, True))])["rows"]
+    assert coldstart_summary.notebook_seconds(rows) == {"02_vertical_fusion": [30.0]}
+    assert coldstart_summary.notebook_seconds(coldstart_summary.rows_of(bare, True)) == {
+        "02_vertical_fusion": [40.0, 41.0]}
