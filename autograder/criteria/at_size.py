@@ -1,21 +1,41 @@
 """The performance criterion's work at the benchmark size besides timing: the float64 reference and the eager
-yardstick where they fit in the GPU's memory, and the check, after timing, that the timed calls computed their
+yardstick where they fit in the GPU's memory, a training case's batch sized to the card, and the check, after timing, that the timed calls computed their
 results rather than returning stored ones."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 
 import torch
 
+from autograder import runtime
 from autograder.criteria.cases import student_error
 from autograder.criteria.outputs import as_outputs, as_tuple, relative_error, shares_storage
-from autograder.specs.exercise import KernelExercise
+from autograder.specs.exercise import KernelExercise, TrainingCase
 
 
 def compact(outputs) -> tuple | None:
     """Reference outputs with float64 narrowed to float32 (6e-8: far below any bound a timed output is held to)."""
     return None if outputs is None else tuple(o.float() if isinstance(o, torch.Tensor) and o.dtype == torch.float64 else o for o in outputs)
+
+
+# The timed and measured case (32 x 1024 tokens, 1024 wide): eager PyTorch's step there peaks above 16 GiB (its
+# float32 logits take 4 GiB, their gradient as much), so a 16 GB card ran the grader's own yardstick out of memory
+# (tests/notebooks/test_small_gpu.py, an H200 capped at 16 GiB, 2026-11-29). A card under this much memory runs
+# the case at a batch in proportion to its memory, a power of two.
+FULL_BATCH_GIB = 40
+
+
+def for_this_card(case: TrainingCase) -> TrainingCase:
+    """The case at the batch this GPU holds: as it is from FULL_BATCH_GIB of memory up, else a smaller batch in
+    proportion (8 x 1024 tokens on a 16 GB card), the same model."""
+    total = runtime.memory_cap_bytes() or torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if total >= FULL_BATCH_GIB * 2**30:
+        return case
+    batch = 2 ** max(0, int(math.log2(max(1.0, case.batch * total / (FULL_BATCH_GIB * 2**30)))))
+    return dataclasses.replace(case, batch=min(batch, case.batch))
 
 
 def eager_if_it_fits(ex: KernelExercise, args: tuple):

@@ -18,6 +18,7 @@ import torch
 
 from autograder import runtime
 from autograder.config import GradingConfig
+from autograder.criteria.at_size import for_this_card
 from autograder.criteria.audit import LOOSE, ROTATION, Ceiling, audit_timing
 from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
 from autograder.criteria.performance import KEPT, SubmissionWork, copy_peak, measure, not_measured, shared_gpu
@@ -244,9 +245,9 @@ def warm_cases(ex: TrainingExercise, criteria) -> list[tuple[TrainingCase, torch
     if "training" in criteria:
         found.append((ex.training_gpu, _dtypes()[-1]))
     if "performance" in criteria:
-        found.append((ex.perf_case, torch.bfloat16))
+        found.append((for_this_card(ex.perf_case), torch.bfloat16))
     if "memory" in criteria:
-        found.append((ex.memory_gpu, _dtypes()[-1]))
+        found.append((for_this_card(ex.memory_gpu), _dtypes()[-1]))
     unique = {(repr(c.config), c.batch, c.seq_len, str(d)): (c, d) for c, d in found}
     return list(unique.values())
 
@@ -270,7 +271,7 @@ def _step(fn, params, tokens, targets, config):
 
 def _perf_inputs(ex: TrainingExercise, seed: int):
     """(params, tokens, targets) of the performance case, on the GPU, in bfloat16 (the training dtype)."""
-    case = ex.perf_case
+    case = for_this_card(ex.perf_case)
     return (ex.init(case.config, torch.bfloat16, "cuda", 0), *_batch(ex, case, seed, "cuda"))
 
 
@@ -290,7 +291,7 @@ def compile_yardstick(ex: TrainingExercise) -> None:
 def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t, prof):
     """criteria.audit on a training step: timed calls' gradients against an untimed call's on new tensors, every
     stream's work, the synchronized time, and the bf16 matmul rate as the ceiling of the step's flops."""
-    case, refs = ex.perf_case, {}
+    case, refs = for_this_card(ex.perf_case), {}
 
     def problem(i, grads) -> str | None:
         if i not in refs:
@@ -316,7 +317,7 @@ def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t
 def training_performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     if not runtime.has_gpu():
         return not_measured(cfg)
-    case, dtype = ex.perf_case, torch.bfloat16
+    case, dtype = for_this_card(ex.perf_case), torch.bfloat16
     params, tokens, targets = _perf_inputs(ex, case_seed(cfg.secret_seed, "training-perf"))
     yours = _step(fn, params, tokens, targets, case.config)
     try:
@@ -365,7 +366,7 @@ def training_performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> Criter
 def training_memory(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
     """The peak beyond the parameters during one forward and backward (gradients included), against eager's at
     the same case; in the interpreter every allocation added up, for both."""
-    case = ex.memory_gpu if runtime.has_gpu() else ex.memory_cpu
+    case = for_this_card(ex.memory_gpu) if runtime.has_gpu() else ex.memory_cpu
     dtype = _dtypes()[-1]
     device = runtime.device()
     params = ex.init(case.config, dtype, device, 0)

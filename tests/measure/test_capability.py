@@ -135,3 +135,16 @@ def test_the_device_command_names_the_sizes_notebook_05_will_use():
     source = (Path(__file__).resolve().parents[2] / "solutions" / "05_streaming_reduction_fusion"
               / "05_streaming_reduction_fusion.py").read_text()
     assert "sizes.ATTENTION_LENGTHS" in source and "sizes.eager_cross_entropy_bytes" in source
+
+
+@pytest.mark.parametrize("gib, batch", [(80, 32), (141, 32), (40, 32), (24, 16), (16, 8), (12, 8), (8, 4), (1, 1)])
+def test_the_capstones_timed_batch_is_sized_to_the_cards_memory(monkeypatch, gib, batch):
+    """Eager PyTorch's step at 32 x 1024 tokens peaks above 16 GiB: a smaller card times and measures a batch in
+    proportion to its memory, a power of two; the model and the sequence stay as they are."""
+    from autograder import runtime
+    from autograder.specs.decoder import DECODER
+
+    monkeypatch.setattr(runtime, "memory_cap_bytes", lambda: gib * 2**30)
+    case = at_size.for_this_card(DECODER.perf_case)
+    assert case.batch == batch
+    assert case.config == DECODER.perf_case.config and case.seq_len == DECODER.perf_case.seq_len
