@@ -169,6 +169,32 @@ def headroom_section(shown: dict) -> list[str]:
     return lines
 
 
+CHECK_TARGET_S = 60  # a notebook graded through the checker, cold, within a minute
+
+
+def cold_seconds_section(shown: dict) -> list[str]:
+    """Each notebook's cold check, in seconds, from the cold-start tables (the machine as installed where measured
+    so: coldstart.installed)."""
+    cold = shown.get("coldstart", {})
+    columns = {}
+    for d, (_, run) in sorted(cold.items()):
+        seconds = coldstart_summary.notebook_seconds(run["rows"])
+        columns[d] = [((nb,), v) for nb, v in sorted(seconds.items())]
+    if not any(columns.values()):
+        return []
+
+    def cell(v):
+        worst = max(v)
+        return (f"{len(v)} check{'s' if len(v) > 1 else ''}, {min(v):.0f} / {statistics.median(v):.0f} / {worst:.0f} s"
+                + (f" (over {CHECK_TARGET_S} s)" if worst > CHECK_TARGET_S else ""))
+    lines = ["", "## A notebook's cold check", "",
+             "Each solution notebook through `python -m autograder check` in a fresh process with empty Triton, "
+             "Inductor, CUDA and course caches (bench.coldstart), on a machine as set up for the course: Python's "
+             "bytecode and matplotlib's font list there. Seconds min / median / max; the goal is at most "
+             f"{CHECK_TARGET_S} s.", ""]
+    return lines + cross_table(["notebook"], columns, cell)
+
+
 def suite_section(shown: dict) -> list[str]:
     by = shown.get("suite", {})
     if not by:
@@ -311,7 +337,7 @@ def render() -> str:
     lines += budget.render({device: ([(n, r) for k, n, r in device_runs if k == "grading"],
                                      [(n, r) for k, n, r in device_runs if k == "scale"])
                             for device, device_runs in every.items()}, notebooks)
-    for section in (headroom_section, suite_section, peers_section, compiler_section, training_section,
+    for section in (headroom_section, cold_seconds_section, suite_section, peers_section, compiler_section, training_section,
                     scale_section, hopper_section):
         lines += section(shown)
     lines += _runs_shown(shown)

@@ -102,6 +102,20 @@ def test_cold_start_runs_are_shown_beside_the_warm_ones(tmp_path, monkeypatch):
     assert report.kind(cold) is None and report.kind(bench.RESULTS / "coldstart" / "coldstart-x-partial.json") is None
 
 
+def test_each_notebooks_cold_check_seconds_are_shown_against_the_minute():
+    """The committed cold-start table's check seconds per notebook, the slowest flagged over the goal."""
+    path = bench.RESULTS / "coldstart" / "coldstart-nvidia-h200.json"
+    run = json.loads(path.read_text())
+    seconds = coldstart_summary.notebook_seconds(run["rows"])
+    lines = report.cold_seconds_section({"coldstart": {run["device"]["name"]: (path.name, run)}})
+    assert "| notebook | NVIDIA H200 |" in lines
+    for nb, v in seconds.items():
+        row = next(line for line in lines if line.startswith(f"| {nb} |"))
+        assert f"{min(v):.0f} / " in row and f"/ {max(v):.0f} s" in row
+        assert ("over 60 s" in row) == (max(v) > report.CHECK_TARGET_S)
+    assert report.cold_seconds_section({}) == []
+
+
 def test_the_figures_are_drawn_from_the_committed_data(tmp_path):
     pytest.importorskip("matplotlib")
     suite_png = plots.figures(bench.RESULTS / "nvidia-h200.json", tmp_path)
