@@ -75,3 +75,28 @@ def test_the_backward_draws_the_mask_again_and_matches_float64_autograd():
         assert ((mine.grad.double() - ref.grad).norm() / ref.grad.norm()).item() < 1e-5
     dropped = ~keep_mask((6, 300), 0.3, 11)
     assert (y.grad[dropped] == 0).all()  # a dropped element of y gets no gradient
+
+
+def test_the_reference_done_a_piece_of_rows_at_a_time_gives_the_same_numbers(monkeypatch):
+    """At the benchmark size the float64 reference and its int64 Philox go a piece of rows at a time (a 16 GB card
+    ran out of memory on the whole): the same mask, outputs and gradients as in one piece."""
+    from autograder.specs import fused_dropout
+
+    gen = torch.Generator().manual_seed(3)
+    x, y = (torch.randn(50, 333, generator=gen).to(torch.bfloat16) for _ in range(2))
+    w = torch.randn(333, generator=gen).to(torch.bfloat16)
+    whole = fused_dropout.dropout_add_rmsnorm_reference(x, y, w, 0.35, 2024, 1e-5)
+    mask = keep_mask((50, 333), 0.35, 2024)
+    leaves = [t.double().requires_grad_() for t in (x, y, w)]
+    fused_dropout.dropout_add_rmsnorm_reference(*leaves, 0.35, 2024, 1e-5)[0].sum().backward()
+    grads = [t.grad for t in leaves]
+    monkeypatch.setattr(fused_dropout, "PIECE_ELEMENTS", 7 * 333 + 5)  # 7 rows a piece, the last one short
+    assert len(fused_dropout._row_pieces(50, 333)) == 8
+    pieces = fused_dropout.dropout_add_rmsnorm_reference(x, y, w, 0.35, 2024, 1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(whole, pieces))
+    assert torch.equal(keep_mask((50, 333), 0.35, 2024), mask)
+    leaves = [t.double().requires_grad_() for t in (x, y, w)]
+    fused_dropout.dropout_add_rmsnorm_reference(*leaves, 0.35, 2024, 1e-5)[0].sum().backward()
+    assert torch.equal(leaves[0].grad, grads[0]) and torch.equal(leaves[1].grad, grads[1])
+    # the weight's gradient sums over rows: a piece at a time adds them in another order (float64's last bits)
+    assert torch.allclose(leaves[2].grad, grads[2], rtol=1e-12, atol=0)
