@@ -1,7 +1,8 @@
 """Does `tl.range(..., warp_specialize=True)` compute attention right on Hopper? One FlashAttention forward loop,
 non-causal, N a multiple of every tile, each setting checked against float32 math; RESCALE picks where the
 running sum is rescaled (inside tl.dot's accumulator, or before it). Needs sm_90 and Triton 3.6+.
-    python -m bench.ws_repro        (prints one line per setting: its max error, or why it did not run)"""
+    python -m bench.ws_repro        (prints one line per setting: its max error, or why it did not run)
+Upstream's record of the same (notebook 08, section 5): triton-lang/triton issue 8311, open."""
 import itertools
 
 import torch

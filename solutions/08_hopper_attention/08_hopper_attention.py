@@ -632,6 +632,19 @@ hopper_only("Your warp-specialized kernel at each setting", ws_settings)
 # is the ceiling the course found with upstream Triton: not the hardware's, which SDPA shows is higher, but the
 # schedule a kernel can ask Triton for.
 #
+# **Why some settings come back wrong.** Nothing in the documentation of `tl.range` rules the kernel out: the
+# flag asks the compiler to split the loop, and the loop meets every condition listed in section 3. The record
+# upstream points at the compiler. Hopper's warp specialization is a pass (`NVGPUWarpSpecialization`) that Triton
+# took from Meta's automatic warp specialization in mid-2025 (triton-lang/triton pull request 7136) and switched
+# on for a few of its tests (pull requests 7623 and 7658: the tutorial's attention, not causal, with descriptors
+# made in the kernel and no sub-tiling). Wrong results from the flag on another kernel were reported in September
+# 2025 and are open (issue 8311, a matrix product that mixes pointer and descriptor loads), beside failures of the
+# same pass to compile (issues 8260, 9728, 11587). The course saw wrong results from Triton 3.6 on an H100 at six
+# of the eight settings it tried, and `python -m bench.ws_repro` in the course's repository reproduces them with
+# one loop in about sixty lines. So: a compiler defect, in the releases that carry the Hopper pass (3.4 to
+# 3.6 at least), not a misuse; the course's kernel takes only a setting it has checked (`WS_SETTINGS`), and
+# every cell above compares each setting's result with SDPA's before it times it.
+#
 # The rest of the gap is the part of FlashAttention-3 that upstream Triton's flag cannot express: the consumers
 # in ping-pong, the softmax of one tile overlapped with the products of the next inside one warp group, and
 # registers moved from the producer to the consumers. Gluon can express all three, written by hand, warp group by
