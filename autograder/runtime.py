@@ -45,6 +45,7 @@ def configure() -> bool:
     if not on_gpu:
         _autotune_in_interpreter()
         _no_launch_on_fake_tensors()
+        _patch_lang_once_per_launch()
         memcheck.install()  # an access out of bounds raises instead of corrupting this process
     if on_gpu and os.environ.get(MEMORY_GB_ENV):
         _cap_memory(os.environ[MEMORY_GB_ENV])
@@ -117,6 +118,51 @@ def _no_launch_on_fake_tensors() -> None:
 
     run.skips_fake_tensors = True
     InterpretedFunction.run = run
+
+
+def _patch_lang_once_per_launch() -> None:
+    """In the interpreter, a launch patches triton.language for the kernel (and undoes it at its end), and every
+    call of a @triton.jit helper from it (tl.cdiv, tl.sigmoid, tl.sum, a student's own helper) patches it again:
+    in every program of the grid, each call scans the language's modules anew (triton 3.7: a fifth of an
+    elementwise kernel's time in the interpreter). Within one launch nothing undoes a helper's patches before the
+    launch ends, so a second call of the same helper would find nothing left to patch and only set the same
+    attributes to equivalent functions again: here it skips that, and each helper is patched once per launch.
+    The kernels run the same code on the same numbers; only the repeated scans are left out."""
+    try:
+        import threading
+
+        from triton.runtime import interpreter
+
+        original_patch = interpreter._patch_lang
+        original_launch = interpreter.GridExecutor.__dict__["__call__"]
+        empty_scope = interpreter._LangPatchScope
+    except (ImportError, AttributeError, KeyError):  # a Triton without these: it runs as it is
+        return
+    if getattr(original_patch, "once_per_launch", False):
+        return
+    launch = threading.local()  # the functions patched so far in the launch running on this thread
+
+    def _patch_lang(fn):
+        patched = getattr(launch, "patched", None)
+        if patched is None:  # outside a launch: as Triton does it
+            return original_patch(fn)
+        if fn in patched:
+            return empty_scope()  # patched earlier in this launch, and not undone since
+        scope = original_patch(fn)
+        patched.add(fn)
+        return scope
+
+    def __call__(self, *args, **kwargs):
+        outer = getattr(launch, "patched", None)
+        launch.patched = set()
+        try:
+            return original_launch(self, *args, **kwargs)
+        finally:
+            launch.patched = outer
+
+    _patch_lang.once_per_launch = True
+    interpreter._patch_lang = _patch_lang
+    interpreter.GridExecutor.__call__ = __call__
 
 
 def interpreted() -> bool:

@@ -7,9 +7,11 @@ measurements and the interpreter-heavy precision cells keeps a student at a few 
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -31,16 +33,31 @@ def _source_notebook():
     return nb
 
 
-def make_course(work: Path) -> str:
-    """The course folder (configuration, source, release, gradebook); returns the gradebook's URL."""
+_MADE: dict[Path, Path] = {}  # build.ROOT -> the course folder made from it, once per test process
+
+
+def _make(work: Path) -> None:
     for f in ("nbgrader_config.py", "grading.toml"):
         shutil.copy(build.ROOT / f, work)
     (work / "solutions" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(_source_notebook(), work / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    db = f"sqlite:///{work}/gradebook.db"
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force", f"--db={db}",
-                    "--log-level=ERROR"], cwd=work, check=True, capture_output=True, env=build.tool_env())
-    return db
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
+                    f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"], cwd=work, check=True,
+                   capture_output=True, env=build.tool_env())
+
+
+def make_course(work: Path) -> str:
+    """The course folder (configuration, source, release, gradebook); returns the gradebook's URL. nbgrader
+    makes the release once per test process (about 10 s); every course folder after the first is a copy of it,
+    students and grades still empty."""
+    made = _MADE.get(build.ROOT)
+    if made is None:
+        made = Path(tempfile.mkdtemp(prefix="mini-course-"))
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+        _make(made)
+        _MADE[build.ROOT] = made
+    shutil.copytree(made, work, dirs_exist_ok=True)
+    return f"sqlite:///{work}/gradebook.db"
 
 
 def solutions() -> dict[str, str]:

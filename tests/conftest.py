@@ -34,7 +34,6 @@ LONGEST_FIRST = {
     "course-07_fusion_for_training": 3.1,  # 9.4 on a day that took 02 11.3: scaled to the others' day
     "course-03_horizontal_fusion": 1.9,
     "grade-class": 3.6,  # one class of five students, one of each status, exported and given feedback
-    "grade-class-parallel": 1.5,
     "browser": 1.9,  # with the new student's journey (about 0.6)
     "course-04_gemm_epilogue_fusion": 1.1,
     "course-01_hbm_cost_model": 0.9,
@@ -42,8 +41,16 @@ LONGEST_FIRST = {
     "slurm": 1.1,  # a one-node Slurm cluster, and a local grading of the same class
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
+# Tests outside any group that take minutes on their own, by file and name: each grades a class of its own
+# with several workers, so they need no common worker, and are handed out among the groups, not after them.
+# Minutes measured alone on an idle two-core machine.
+LONGEST_TESTS = {"test_grade_class_parallel.py": {
+    "test_two_workers_give_the_grades_of_one": 2.9,  # the class by 1 worker, then by 2
+    "test_a_change_while_several_are_in_flight_is_attributed_by_grading_them_again_alone": 2.8,
+    "test_a_student_whose_grading_cannot_start_is_recorded_and_the_rest_go_on": 1.4,
+    "test_submitit_local_jobs_grade_like_this_machine": 0.8,
+}}
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
-                 "test_grade_class_parallel.py": "grade-class-parallel",  # the same class by 1 and 2 workers
                  "test_handout.py": "handout",  # one hand-out built and installed
                  "test_browser.py": "browser",  # one JupyterLab at a time
                  "test_slurm.py": "slurm"}  # one Slurm cluster at a time
@@ -92,6 +99,9 @@ def pytest_collection_modifyitems(config, items):
         group = group_of(item.nodeid)
         if group is not None:
             return LONGEST_FIRST.get(group, SLOW_UNGROUPED)
+        path, _, name = item.nodeid.partition("::")
+        if name in LONGEST_TESTS.get(path.rsplit("/", 1)[-1], {}):
+            return LONGEST_TESTS[path.rsplit("/", 1)[-1]][name]
         return SLOW_UNGROUPED if "slow" in item.keywords else 0.0
 
     items.sort(key=weight, reverse=True)  # stable: within a weight, the order of the files

@@ -32,6 +32,39 @@ def test_importing_kernels_first_sets_the_interpreter_and_says_so_once(tmp_path)
         assert out.stderr == ""  # notebooks graded by nbgrader: nothing on stderr
 
 
+def test_in_the_interpreter_a_jit_helper_is_patched_once_per_launch(monkeypatch):
+    """Every program of an interpreted grid calls tl.cdiv and tl.sigmoid (@triton.jit helpers): Triton patched
+    the language again at each call; runtime patches each helper once per launch, with the same results."""
+    if not runtime.interpreted():
+        pytest.skip("about Triton's interpreter")
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    @triton.jit
+    def silu_rows(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        tiles = tl.cdiv(n, BLOCK)
+        offs = (tl.program_id(0) // tiles) * n + (tl.program_id(0) % tiles) * BLOCK + tl.arange(0, BLOCK)
+        mask = (tl.program_id(0) % tiles) * BLOCK + tl.arange(0, BLOCK) < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+    scans = []
+    original = interpreter._patch_builtin
+    monkeypatch.setattr(interpreter, "_patch_builtin", lambda *a: scans.append(a[0]) or original(*a))
+    counts = {}
+    for rows in (1, 1, 9):  # the first launch imports and patches for good what later launches find done
+        x = torch.randn(rows, 40)
+        y = torch.empty_like(x)
+        scans.clear()
+        silu_rows[(rows * 3,)](x, y, 40, BLOCK=16)
+        counts[rows] = len(scans)
+        torch.testing.assert_close(y, torch.nn.functional.silu(x))
+    assert counts[9] == counts[1] > 0  # 27 programs scan as often as 3: for the kernel, and once per helper
+
+
+
 def test_cpu_profile_has_no_peaks():
     if runtime.has_gpu():
         pytest.skip("this machine has a GPU")
