@@ -138,7 +138,7 @@ def _patch_lang_once_per_launch() -> None:
         empty_scope = interpreter._LangPatchScope
     except (ImportError, AttributeError, KeyError):  # a Triton without these: it runs as it is
         return
-    if getattr(original_patch, "once_per_launch", False):
+    if getattr(original_patch, "once_per_launch", False) or not _helper_patches_are_kept(interpreter):
         return
     launch = threading.local()  # the functions patched so far in the launch running on this thread
 
@@ -163,6 +163,20 @@ def _patch_lang_once_per_launch() -> None:
     _patch_lang.once_per_launch = True
     interpreter._patch_lang = _patch_lang
     interpreter.GridExecutor.__call__ = __call__
+
+
+def _helper_patches_are_kept(interpreter) -> bool:
+    """True where a @triton.jit helper's call patches the language and keeps the patches (its scope thrown away,
+    as in Triton 3.6 and 3.7): only then is patching it again within a launch a repetition. A Triton that undoes a
+    helper's patches when the helper returns (a `with` around them) keeps its own way."""
+    import inspect
+
+    try:
+        source = inspect.getsource(interpreter.InterpretedFunction.__call__)
+    except (AttributeError, OSError, TypeError):
+        return False
+    lines = [line.strip() for line in source.splitlines()]
+    return "_patch_lang(self.fn)" in lines and not any(line.startswith("with _patch_lang") for line in lines)
 
 
 def interpreted() -> bool:

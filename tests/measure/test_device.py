@@ -107,3 +107,25 @@ def test_measured_profile_is_plausible_and_cached(tmp_path, monkeypatch):
     assert len(cached) == 1 and json.loads(cached[0].read_text())["copy_gbps"] == prof.copy_gbps
     device._profile = None
     assert device.profile() == prof  # read back from the cache, not measured again
+
+
+def test_the_once_per_launch_patch_is_left_off_where_a_helper_undoes_its_own_patches():
+    """A Triton whose helper call restores the language when it returns (a `with` around its patches) would run
+    a second call of the helper unpatched: the speed-up is then not installed."""
+    from autograder import runtime
+
+    class Kept:
+        class InterpretedFunction:
+            def __call__(self, *args, **kwargs):
+                _patch_lang(self.fn)  # noqa: F821  read, never run
+                return self.fn(*args, **kwargs)
+
+    class Undone:
+        class InterpretedFunction:
+            def __call__(self, *args, **kwargs):
+                with _patch_lang(self.fn):  # noqa: F821  read, never run
+                    return self.fn(*args, **kwargs)
+
+    assert runtime._helper_patches_are_kept(Kept)
+    assert not runtime._helper_patches_are_kept(Undone)
+    assert not runtime._helper_patches_are_kept(object())
