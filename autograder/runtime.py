@@ -175,7 +175,7 @@ def _helper_patches_are_kept(interpreter) -> bool:
         source = inspect.getsource(interpreter.InterpretedFunction.__call__)
     except (AttributeError, OSError, TypeError):
         return False
-    lines = [line.strip() for line in source.splitlines()]
+    lines = [line.split("#")[0].strip() for line in source.splitlines()]
     return "_patch_lang(self.fn)" in lines and not any(line.startswith("with _patch_lang") for line in lines)
 
 
