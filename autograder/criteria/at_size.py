@@ -31,7 +31,11 @@ FULL_BATCH_GIB = 40
 def for_this_card(case: TrainingCase) -> TrainingCase:
     """The case at the batch this GPU holds: as it is from FULL_BATCH_GIB of memory up, else a smaller batch in
     proportion (8 x 1024 tokens on a 16 GB card), the same model."""
-    total = runtime.memory_cap_bytes() or torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    total = runtime.memory_cap_bytes()
+    if total is None:
+        if not torch.cuda.is_available():  # no card to size for (the interpreter, or a test that plays a GPU)
+            return case
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     if total >= FULL_BATCH_GIB * 2**30:
         return case
     batch = 2 ** max(0, int(math.log2(max(1.0, case.batch * total / (FULL_BATCH_GIB * 2**30)))))
