@@ -167,7 +167,7 @@ def _patch_lang_once_per_launch() -> None:
 
 def _helper_patches_are_kept(interpreter) -> bool:
     """True where a @triton.jit helper's call patches the language and keeps the patches (its scope thrown away,
-    as in Triton 3.6 and 3.7): only then is patching it again within a launch a repetition. A Triton that undoes a
+    as in Triton 3.7): only then is patching it again within a launch a repetition. A Triton that undoes a
     helper's patches when the helper returns (a `with` around them) keeps its own way."""
     import inspect
 

@@ -37,7 +37,7 @@ def rows_of(results: dict, notebook_mode: bool) -> list[dict]:
     return list(rows.values())
 
 
-INSTALLED = "installed"  # a run's "machine": Python's bytecode and matplotlib's font list there (coldstart.installed)
+INSTALLED = "installed"  # a run's "machine": bytecode and matplotlib's font list there (coldstart.installed)
 
 
 def notebook_seconds(results_rows: list[dict]) -> dict:
@@ -47,7 +47,8 @@ def notebook_seconds(results_rows: list[dict]) -> dict:
     for row in results_rows:
         for run in row["runs"]:
             if "notebook_s" in run:
-                out.setdefault(row["what"], {})[run["round"]] = (run["notebook_s"], run.get("machine") == INSTALLED)
+                installed = run.get("machine") == INSTALLED
+                out.setdefault(row["what"], {})[run["round"]] = (run["notebook_s"], installed)
     kept = {}
     for nb, d in out.items():
         installed = [v for _, (v, inst) in sorted(d.items()) if inst]

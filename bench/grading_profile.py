@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.coldstart import fresh_env, installed
 from autograder.measure import device
+from bench.coldstart import fresh_env, installed
 from bench.common import RESULTS, needs_gpu, record, save, slug
 from bench.grading import notebooks as solution_notebooks
 
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     rows, head = [], None
-    machine_dir = tempfile.TemporaryDirectory(prefix="grading-profile-machine-")
-    machine = installed(Path(machine_dir.name)) if args.as_installed else None
+    machine_dir = tempfile.TemporaryDirectory(prefix="grading-profile-machine-") if args.as_installed else None
+    machine = installed(Path(machine_dir.name)) if machine_dir else None
     for path in solution_notebooks(args.only):
         row = profile(path, args.out, args.top, machine)
         rows.append(row)

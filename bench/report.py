@@ -185,8 +185,9 @@ def cold_seconds_section(shown: dict) -> list[str]:
 
     def cell(v):
         worst = max(v)
-        return (f"{len(v)} check{'s' if len(v) > 1 else ''}, {min(v):.0f} / {statistics.median(v):.0f} / {worst:.0f} s"
-                + (f" (over {CHECK_TARGET_S} s)" if worst > CHECK_TARGET_S else ""))
+        checks = f"{len(v)} check{'s' if len(v) > 1 else ''}"
+        over = f" (over {CHECK_TARGET_S} s)" if worst > CHECK_TARGET_S else ""
+        return f"{checks}, {min(v):.0f} / {statistics.median(v):.0f} / {worst:.0f} s{over}"
     lines = ["", "## A notebook's cold check", "",
              "Each solution notebook through `python -m autograder check` in a fresh process with empty Triton, "
              "Inductor, CUDA and course caches (bench.coldstart), on a machine as set up for the course: Python's "
@@ -337,8 +338,8 @@ def render() -> str:
     lines += budget.render({device: ([(n, r) for k, n, r in device_runs if k == "grading"],
                                      [(n, r) for k, n, r in device_runs if k == "scale"])
                             for device, device_runs in every.items()}, notebooks)
-    for section in (headroom_section, cold_seconds_section, suite_section, peers_section, compiler_section, training_section,
-                    scale_section, hopper_section):
+    for section in (headroom_section, cold_seconds_section, suite_section, peers_section, compiler_section,
+                    training_section, scale_section, hopper_section):
         lines += section(shown)
     lines += _runs_shown(shown)
     return "\n".join(lines) + "\n"

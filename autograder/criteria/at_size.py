@@ -1,6 +1,6 @@
 """The performance criterion's work at the benchmark size besides timing: the float64 reference and the eager
-yardstick where they fit in the GPU's memory, a training case's batch sized to the card, and the check, after timing, that the timed calls computed their
-results rather than returning stored ones."""
+yardstick where they fit in the GPU's memory, a training case's batch sized to the card, and the check, after
+timing, that the timed calls computed their results rather than returning stored ones."""
 
 from __future__ import annotations
 

@@ -73,13 +73,10 @@ def _keep_rows(r0: int, r1: int, h: int, p: float, seed: int, device=None) -> to
 
 
 def keep_mask(shape: tuple[int, int], p: float, seed: int, device=None) -> torch.Tensor:
-    """The (M, H) boolean keep mask of the spec: tl.rand(seed, i * H + j) > p (drawn a piece of rows at a time)."""
+    """The (M, H) boolean keep mask of the spec: tl.rand(seed, i * H + j) > p, drawn a piece of rows at a time."""
     m, h = shape
-    pieces = _row_pieces(m, h)
-    if len(pieces) == 1:
-        return _keep_rows(0, m, h, p, seed, device)
     keep = torch.empty((m, h), dtype=torch.bool, device=device)
-    for r0, r1 in pieces:
+    for r0, r1 in _row_pieces(m, h):
         keep[r0:r1] = _keep_rows(r0, r1, h, p, seed, device)
     return keep
 
@@ -94,12 +91,9 @@ def dropout_add_rmsnorm_reference(x, y, weight, p, seed, eps):
     """Float64 (out, h) given the spec's mask: h = x + keep * y / (1 - p), rounded to x's dtype as stored, and the
     RMSNorm of that stored h. A large input is done a piece of rows at a time, into the two results."""
     m, n = x.shape
-    pieces = _row_pieces(m, n)
-    if len(pieces) == 1:
-        return _reference_rows(x, y, weight, p, seed, eps, 0, m)
     out = torch.empty((m, n), dtype=torch.float64, device=x.device)
     h = torch.empty((m, n), dtype=torch.float64, device=x.device)
-    for r0, r1 in pieces:
+    for r0, r1 in _row_pieces(m, n):
         out[r0:r1], h[r0:r1] = _reference_rows(x, y, weight, p, seed, eps, r0, r1)
     return out, h
 
