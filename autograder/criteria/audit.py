@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import sysconfig
 import threading
 
@@ -144,8 +145,22 @@ def sync_quietly():
         pass
 
 
-_LIBRARY_ROOTS = tuple(p for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib"),
-                                   sysconfig.get_paths().get("purelib"), sysconfig.get_paths().get("platlib")} if p)
+def _installed_folders() -> tuple[str, ...]:
+    """The folders packages are installed in: the interpreter's own, and any folder on the path that pip installed
+    into (it holds a `*.dist-info`: `pip install --target DIR` with PYTHONPATH=DIR, as on a machine whose Python
+    cannot be written). Read once, when the grader is imported, before any submission can add a folder."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    for entry in sys.path:
+        try:
+            if os.path.isabs(entry) and any(name.endswith(".dist-info") for name in os.listdir(entry)):
+                roots.add(entry)
+        except OSError:  # a missing folder or a zip on the path
+            continue
+    return tuple(sorted(r.rstrip(os.sep) + os.sep for r in roots if r))
+
+
+_LIBRARY_ROOTS = _installed_folders()
 
 
 def _library_file(path: str) -> bool:

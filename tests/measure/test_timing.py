@@ -291,6 +291,35 @@ def test_a_thread_the_submission_started_is_named_before_timing_library_threads_
     assert audit.submission_threads() == []
 
 
+
+def test_a_folder_pip_installed_into_holds_library_threads_a_plain_folder_does_not(tmp_path, monkeypatch):
+    """`pip install --target DIR` with PYTHONPATH=DIR (a Python that cannot be written): tqdm's monitor thread
+    started from there is a library's, not the submission's; a folder with no installed package is not a library's."""
+    import importlib
+    import threading
+
+    installed, plain = tmp_path / "site", tmp_path / "notebook"
+    for folder, name in ((installed, "pkg_installed"), (plain, "pkg_plain")):
+        folder.mkdir()
+        (folder / f"{name}.py").write_text("import threading\nstop = threading.Event()\ndef monitor():\n    stop.wait()\n")
+    (installed / "pkg_installed-1.0.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(plain))
+    monkeypatch.syspath_prepend(str(installed))
+    assert str(installed) + "/" in audit._installed_folders()
+    assert str(plain) + "/" not in audit._installed_folders()
+    monkeypatch.setattr(audit, "_LIBRARY_ROOTS", audit._installed_folders())
+    mods = [importlib.import_module(n) for n in ("pkg_installed", "pkg_plain")]
+    threads = [threading.Thread(target=m.monitor, daemon=True) for m in mods]
+    try:
+        for t in threads:
+            t.start()
+        found = audit.submission_threads()
+        assert any("pkg_plain.py" in s for s in found) and not any("pkg_installed.py" in s for s in found)
+    finally:
+        for m, t in zip(mods, threads):
+            m.stop.set()
+            t.join()
+
 # ---------------------------------------------------------------------------------------------------------------
 # A time limit per criterion.
 
