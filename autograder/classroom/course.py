@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from nbgrader.api import Gradebook
@@ -55,6 +56,23 @@ class Course:
         self.submitted = coursedir.submitted_directory
         self.autograded = coursedir.autograded_directory
         self.results = root / RESULTS
+
+    def missing_kernel(self) -> str | None:
+        """Why nbgrader could not start this course's Jupyter kernel here, or None: nbgrader_config.py names the
+        kernel it grades with, and a machine where it is not registered fails every student alike."""
+        name = self.config.get("Execute", {}).get("kernel_name")
+        if not name:  # nbgrader takes each notebook's own kernel
+            return None
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+        try:
+            KernelSpecManager().get_kernel_spec(name)
+        except NoSuchKernel:
+            python = os.path.basename(sys.executable)
+            return (f"nbgrader_config.py grades with the Jupyter kernel {name!r}, which is not installed on this "
+                    f"machine, so no notebook could run: register it with `{python} -m ipykernel install "
+                    f"--sys-prefix --name {name}` (`make lab` does), then grade again. No student was graded.")
+        return None
 
 
 def submission_hash(folder: Path) -> str:

@@ -94,6 +94,9 @@ def grade_class(root: Path, assignment: str, timeout: float = 3600, force: bool 
     db_file = sqlite_file(db_url).resolve()
     if not db_file.exists():
         raise FileNotFoundError(f"no gradebook at {db_file}: run `nbgrader generate_assignment {assignment}` first")
+    kernel_missing = None if cluster else course.missing_kernel()  # a cluster's nodes have their own kernels
+    if kernel_missing:
+        raise FileNotFoundError(kernel_missing)
     if cluster is not None and (gpus is not None or workers is not None):
         raise ValueError("--cluster grades each student as a job of its own: --gpus and --workers do not apply")
     if not 0 < similarity_threshold < 1:

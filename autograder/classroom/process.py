@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -25,12 +26,23 @@ from autograder.publish.build import tool_env
 JUDGE_SOCKET = ".judge.sock"  # in the workspace: the one folder the sandbox shares with the class run
 
 
+# An exception's last line in a traceback or a log ("jupyter_client.kernelspec.NoSuchKernel: No such kernel ...").
+_RAISED = re.compile(r"^\s*((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Kernel|Exit|Interrupt)): (.+)$")
+
+
 def why_it_failed(output: str) -> str:
     text = output.lower()
     if "kernel died" in text or "deadkernel" in text or "kernel crashed" in text:
         return "the notebook's kernel died while running (a crash: segfault, abort, os._exit, out of memory?)"
+    # nbgrader ends with "NbGraderException: Please see the above traceback": the cause is the error before it
+    raised = [m for m in map(_RAISED.match, output.splitlines()) if m and "NbGraderException" not in m.group(1)]
+    name, message = (raised[-1].group(1).rsplit(".", 1)[-1], raised[-1].group(2).strip()) if raised else ("", "")
+    if name == "NoSuchKernel":
+        return f"nbgrader could not start the notebook's Jupyter kernel: {message[:200]} (is it installed here?)"
     if "cellexecutionerror" in text or "timeout" in text:
         return "nbgrader could not execute the notebook"
+    if name:
+        return f"nbgrader did not grade it: {name}: {message[:300]}"
     lines = [ln for ln in output.strip().splitlines() if ln.strip()]
     return "nbgrader did not grade it: " + (lines[-1][-300:] if lines else "no output")
 

@@ -238,3 +238,39 @@ def test_the_grading_process_result_is_read_whatever_is_written_after_it():
     assert student_result("") == {}
     earlier = '{"success": false, "reason": "the kernel died"}'
     assert student_result(f"{earlier}\n{line}\nwarning\n")["success"] is True  # the last one counts
+
+
+def test_a_course_kernel_that_is_not_installed_is_refused_before_anyone_is_graded(tmp_path, monkeypatch):
+    """On a machine where nbgrader_config.py's kernel was never registered, every student "crashed" with
+    nbgrader's "see the above traceback" (16 of 16 on a GPU machine): grade-class says why before it starts."""
+    from autograder import config
+
+    config_text = (build.ROOT / "nbgrader_config.py").read_text()
+    (tmp_path / "nbgrader_config.py").write_text(
+        config_text.replace('kernel_name = "fusion-course"', 'kernel_name = "no-such-kernel-here"'))
+    (tmp_path / "submitted" / "bob" / NAME).mkdir(parents=True)
+    (tmp_path / "gradebook.db").touch()
+    monkeypatch.setenv(config.ENV_VAR, str(config.DEFAULT_PATH))
+    with pytest.raises(FileNotFoundError, match="'no-such-kernel-here', which is not installed.*ipykernel install "
+                                                "--sys-prefix --name no-such-kernel-here.*No student was graded"):
+        grade_class(tmp_path, NAME, allow_public_seed=True)
+    assert not (tmp_path / "grading").exists()
+
+
+def test_a_failed_grading_names_the_error_behind_nbgraders_last_line():
+    from autograder.classroom.process import why_it_failed
+
+    log = ("[AutogradeApp | ERROR] There was an error processing assignment: /w/submitted/bob/mini_01\n"
+           "Traceback (most recent call last):\n  File \".../kernelspec.py\", line 290, in get_kernel_spec\n"
+           "    raise NoSuchKernel(kernel_name)\n"
+           "jupyter_client.kernelspec.NoSuchKernel: No such kernel named fusion-course\n")
+    error = ("Traceback (most recent call last):\n  File \".../base.py\", line 428, in convert_notebooks\n"
+             "nbgrader.converters.base.NbGraderException: Please see the the above traceback for details\n")
+    why = why_it_failed(log + error)
+    assert why.startswith("nbgrader could not start the notebook's Jupyter kernel: No such kernel named "
+                          "fusion-course"), why
+    other = "Traceback...\nsqlalchemy.exc.OperationalError: database is locked\n" + error
+    assert why_it_failed(other) == "nbgrader did not grade it: OperationalError: database is locked"
+    assert why_it_failed("nbclient.exceptions.CellExecutionError: boom\n" + error) == (
+        "nbgrader could not execute the notebook")
+    assert why_it_failed("") == "nbgrader did not grade it: no output"
