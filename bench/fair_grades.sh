@@ -25,6 +25,8 @@ if [ -n "${WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$WHEELS"/*.whl \
     || { echo "installing the wheels in $WHEELS failed" >&2; exit 2; }
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
+  # the class tests grade through nbgrader with the course's Jupyter kernel, which `make lab` registers elsewhere
+  python3 -m ipykernel install --user --name fusion-course >/dev/null || { echo "registering the kernel failed" >&2; exit 2; }
 fi
 {
   nvidia-smi --query-gpu=index,name,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv
