@@ -27,29 +27,38 @@ if os.environ["OMP_NUM_THREADS"] == "1":
 # which one worker runs whole, so the fixture is built once; the groups that take longest are handed out first,
 # so that no core is left alone with a long one at the end. Minutes measured on two cores without a GPU (the
 # other tests take seconds each); update them when a group's time changes much.
-LONGEST_FIRST = {
-    "course-02_vertical_fusion": 3.7,
-    "corpus-class": 3.4,
-    "course-05_streaming_reduction_fusion": 3.2,
-    "course-07_fusion_for_training": 3.1,  # 9.4 on a day that took 02 11.3: scaled to the others' day
-    "course-03_horizontal_fusion": 1.9,
+LONGEST_FIRST = {  # a group's set-up and tests, from a fresh clone's `make test` (2026-11-29, --durations)
+    "corpus-class": 7.7,
+    "course-05_streaming_reduction_fusion": 6.3,
+    "course-07_fusion_for_training": 5.7,
+    "course-02_vertical_fusion": 5.7,
+    "browser": 4.4,  # the instructor's feedback pages, the new student's journey, notebook 01 run by a student
+    "course-03_horizontal_fusion": 4.2,
     "grade-class": 3.6,  # one class of five students, one of each status, exported and given feedback
-    "browser": 1.9,  # with the new student's journey (about 0.6)
-    "course-04_gemm_epilogue_fusion": 1.1,
-    "course-01_hbm_cost_model": 0.9,
+    "course-04_gemm_epilogue_fusion": 2.8,
+    "slurm": 2.5,  # a one-node Slurm cluster, and a local grading of the same class
+    "course-01_hbm_cost_model": 2.0,
+    "course-06_compiler_fusion": 1.7,
     "handout": 0.9,
-    "slurm": 1.1,  # a one-node Slurm cluster, and a local grading of the same class
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
-# Tests outside any group that take minutes on their own, by file and name: each grades a class of its own
-# with several workers, so they need no common worker, and are handed out among the groups, not after them.
-# Minutes measured alone on an idle two-core machine.
-LONGEST_TESTS = {"test_grade_class_parallel.py": {
-    "test_two_workers_give_the_grades_of_one": 2.9,  # the class by 1 worker, then by 2
-    "test_a_change_while_several_are_in_flight_is_attributed_by_grading_them_again_alone": 2.8,
-    "test_a_student_whose_grading_cannot_start_is_recorded_and_the_rest_go_on": 1.4,
-    "test_submitit_local_jobs_grade_like_this_machine": 0.8,
-}}
+# Tests outside any group that take minutes on their own, by file and name: they need no common worker, and are
+# handed out among the groups by their weight, not after them (a two-minute test left for last keeps one core
+# busy while the other waits). Minutes from the same run.
+LONGEST_TESTS = {
+    "test_grade_class_parallel.py": {  # each grades a class of its own with several workers
+        "test_two_workers_give_the_grades_of_one": 3.6,  # the class by 1 worker, then by 2
+        "test_a_change_while_several_are_in_flight_is_attributed_by_grading_them_again_alone": 3.3,
+        "test_submitit_local_jobs_grade_like_this_machine": 1.3,
+        "test_a_student_whose_grading_cannot_start_is_recorded_and_the_rest_go_on": 1.2,
+    },
+    "test_judge.py": {"test_a_hunt_for_the_grading_secrets_finds_nothing_in_a_judged_process": 2.1},
+    "test_grade_horizontal.py": {"test_small_tile_kernel_passes": 1.8,
+                                 "test_fp16_accumulator_fails_precision_naming_the_growth": 1.2},
+    "test_isolation.py": {"test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[sandbox]": 1.6,
+                          "test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[off]": 1.5},
+    "test_runall.py": {"test_nbgrader_scores_a_failing_tagged_cell_zero": 0.9},
+}
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
                  "test_handout.py": "handout",  # one hand-out built and installed
                  "test_browser.py": "browser",  # one JupyterLab at a time
