@@ -1,8 +1,8 @@
 """What 07.decoder's yardstick costs a cold check, and what a cheaper one would give up: torch.compile of the eager
 decoder compiled whole (today's yardstick) against the same model compiled a region at a time (one decoder layer,
 compiled once and called for every layer, and the final norm, head and loss), each in a fresh process with empty
-Inductor and Triton caches, then once more with the caches the first process left (what grade-class's students
-meet after classroom.compile_cache has compiled ahead).
+Inductor, Triton, CUDA and course caches (bench.coldstart.fresh_env), then once more with the caches the first
+process left (what grade-class's students meet after classroom.compile_cache has compiled ahead).
 
     python -m bench.yardstick [--runs 3] [--out DIR]          (a GPU; saves yardstick-<gpu>.json)
 
@@ -35,6 +35,7 @@ from autograder.criteria.at_size import for_this_card
 from autograder.criteria.training import compiled_eager
 from autograder.measure import device
 from autograder.specs.decoder import DECODER, rmsnorm
+from bench.coldstart import fresh_env
 from bench.common import RESULTS, needs_gpu, record, save, slug
 
 VARIANTS = ("whole", "regional")
@@ -78,8 +79,10 @@ def child(variant: str) -> dict:
     params = DECODER.init(cfg, torch.bfloat16, "cuda", 0)
     tokens = torch.randint(0, cfg.vocab, (case.batch, case.seq_len), device="cuda")
     targets = torch.roll(tokens, -1, 1)
-    regional = regional_loss(lambda f: torch.compile(f, dynamic=False))
-    loss_fn = compiled_eager(DECODER) if variant == "whole" else regional
+    if variant == "whole":
+        loss_fn = compiled_eager(DECODER)
+    else:
+        loss_fn = regional_loss(lambda f: torch.compile(f, dynamic=False))
     leaves = list(params.values())
 
     def step_of(fn):
@@ -100,9 +103,10 @@ def child(variant: str) -> dict:
 
 
 def _run(variant: str, caches: Path) -> dict:
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), TRITON_CACHE_DIR=str(caches / "triton"))
-    p = subprocess.run([sys.executable, "-m", "bench.yardstick", "--child", variant], env=env, capture_output=True,
-                       text=True, timeout=900)
+    """One variant in a fresh process whose caches are the folder's (empty at first, then what runs left there)."""
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    p = subprocess.run([sys.executable, "-m", "bench.yardstick", "--child", variant], env=fresh_env(caches, gpu),
+                       capture_output=True, text=True, timeout=900)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith(TAG)]
     if p.returncode or not lines:
         return {"variant": variant, "error": (p.stderr.strip().splitlines() or ["no output"])[-1][:300]}
