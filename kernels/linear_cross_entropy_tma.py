@@ -40,7 +40,8 @@ def _epilogue(acc, c_desc, off_m, off_n, M, N, t_ptr, part_m_ptr, part_s_ptr, tg
               BLOCK_M: tl.constexpr, WIDTH: tl.constexpr, EPILOGUE: tl.constexpr):
     # One column block of an output tile: statistics of the logits (STATS), dw's previous sum added
     # (ACCUMULATE), then stored in the output's dtype; the copy engine drops rows and columns past the edges.
-    if EPILOGUE == 2:
+    if EPILOGUE == 2:  # the statistics of the logits as stored: the row kernel's softmax reads the rounded ones
+        acc = acc.to(c_desc.dtype).to(tl.float32)
         _tile_stats(acc, off_m + tl.arange(0, BLOCK_M), off_n, part, M, N, t_ptr, part_m_ptr, part_s_ptr, tgt_ptr,
                     n_parts, WIDTH)
     if EPILOGUE == 1:

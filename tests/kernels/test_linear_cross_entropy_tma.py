@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autograder import runtime
+from autograder.specs.fusion_for_training import linear_cross_entropy_backward_eager
 from autograder.specs.fusion_for_training import linear_cross_entropy_backward_reference
 from kernels import linear_cross_entropy_backward as lcb
 from kernels import linear_cross_entropy_tma as lct
@@ -22,13 +23,24 @@ def _inputs(m, k, v, seed=0, dtype=torch.float16, device=DEVICE):
     return h, w, torch.randint(0, v, (m,), generator=gen).to(device)
 
 
-def _assert_matches(got, h, w, t, tol):
+def _errors(got, want) -> list[float]:
+    """The relative errors of dh and dw."""
+    return [float((g.double() - r).norm() / r.norm()) for g, r in zip(got[1:], want[1:])]
+
+
+def _assert_matches(got, h, w, t, tol, as_eager=False):
+    """Loss and gradients within tol of float64; as_eager: and the gradients no further from it than eager
+    PyTorch's in the same dtype (its logits rounded to that dtype, as the TMA path stores them) by more than a
+    quarter."""
     loss, dh, dw = got
-    ref_loss, ref_dh, ref_dw = linear_cross_entropy_backward_reference(h, w, t)
-    assert abs(float(loss) - float(ref_loss)) < tol * (1 + abs(float(ref_loss)))
-    for g, r in ((dh, ref_dh), (dw, ref_dw)):
-        assert g.dtype == h.dtype
-        assert float((g.double() - r).norm() / r.norm()) < tol
+    want = linear_cross_entropy_backward_reference(h, w, t)
+    assert abs(float(loss) - float(want[0])) < tol * (1 + abs(float(want[0])))
+    assert dh.dtype == dw.dtype == h.dtype
+    errors = _errors(got, want)
+    assert max(errors) < tol, errors
+    if as_eager:
+        eager = _errors(linear_cross_entropy_backward_eager(h, w, t), want)
+        assert all(e <= 1.25 * b + 1e-4 for e, b in zip(errors, eager)), f"dh, dw: {errors} against eager's {eager}"
 
 
 @pytest.mark.parametrize("m,k,v,rows", [
@@ -39,6 +51,17 @@ def _assert_matches(got, h, w, t, tol):
 def test_tma_path_matches_float64(m, k, v, rows):
     h, w, t = _inputs(m, k, v, seed=m + v)
     _assert_matches(lct._launch_ce_tma(h, w, t, rows, SMALL), h, w, t, 2e-3)
+
+
+def test_the_softmax_is_taken_of_the_logits_as_stored():
+    """Sharp logits (tens) in fp16 lose a few thousandths each when the chunk is stored; statistics taken from
+    the float32 accumulator instead of the stored values then disagree with them, and the gradients came out 5-10
+    times further from float64 than eager's (bf16 on an H200: 0.037 against eager's 0.013)."""
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(64, 64, generator=gen).half().to(DEVICE)
+    w = (torch.randn(640, 64, generator=gen) * 3).half().to(DEVICE)
+    t = torch.randint(0, 640, (64,), generator=gen).to(DEVICE)
+    _assert_matches(lct._launch_ce_tma(h, w, t, 64, SMALL), h, w, t, 2e-2, as_eager=True)
 
 
 def test_a_setting_that_fails_part_way_leaves_the_loss_unchanged(monkeypatch):
@@ -82,7 +105,7 @@ def test_tma_path_bf16_on_hopper(rows):
     h, w, t = _inputs(1000, 1024, 32008, dtype=torch.bfloat16, device="cuda")  # the last tile: 8 words
     if not lct.tma_ce_applies(h, w):
         pytest.skip("needs a Hopper GPU with the copy engine")
-    _assert_matches(lct.linear_cross_entropy_forward_backward_tma(h, w, t, rows), h, w, t, 2e-2)
+    _assert_matches(lct.linear_cross_entropy_forward_backward_tma(h, w, t, rows), h, w, t, 2e-2, as_eager=True)
 
 
 @pytest.mark.gpu
@@ -90,4 +113,4 @@ def test_tma_path_bf16_on_hopper_at_an_even_vocabulary():
     h, w, t = _inputs(1024, 1024, 32000, dtype=torch.bfloat16, device="cuda")
     if not lct.tma_ce_applies(h, w):
         pytest.skip("needs a Hopper GPU with the copy engine")
-    _assert_matches(lct.linear_cross_entropy_forward_backward_tma(h, w, t), h, w, t, 2e-2)
+    _assert_matches(lct.linear_cross_entropy_forward_backward_tma(h, w, t), h, w, t, 2e-2, as_eager=True)
