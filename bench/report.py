@@ -35,6 +35,7 @@ KINDS = {
     "capstone": ("The capstone's training step", "python -m bench.capstone"),
     "scale": ("grade-class on several GPUs", "python -m bench.scale"),
     "hopper": ("Triton on Hopper", "python -m bench.hopper"),
+    "yardstick": ("07.decoder's yardstick, compiled whole or a layer at a time", "python -m bench.yardstick"),
 }
 
 
@@ -324,6 +325,20 @@ def hopper_section(shown: dict) -> list[str]:
             *cross_table(["part"], columns, cell)]
 
 
+def yardstick_section(shown: dict) -> list[str]:
+    by = shown.get("yardstick", {})
+    if not by:
+        return []
+    columns = {d: [(tuple(name.split(", ")), row) for name, row in run["summary"].items()] for d, (_, run) in by.items()}
+    lines = ["", "## 07.decoder's yardstick", "",
+             "torch.compile of the eager decoder, compiled whole (what 07.decoder's performance criterion times a "
+             "student's step against) or one layer at a time, in a fresh process with empty caches and again with "
+             "the caches the first left: seconds to the first step's gradients, compilation included / median "
+             "step in ms / speed-up over eager measured in the same process (medians over the runs).", ""]
+    return lines + cross_table(["variant", "caches"], columns, lambda r: (
+        f"{r['first_step_s']:.1f} s / {r['step_ms']:.1f} ms / {r['speedup_over_eager']:.2f}x ({r['runs']} run{'s' if r['runs'] != 1 else ''})"))
+
+
 def render() -> str:
     every = runs()
     shown = newest(every)
@@ -339,7 +354,7 @@ def render() -> str:
                                      [(n, r) for k, n, r in device_runs if k == "scale"])
                             for device, device_runs in every.items()}, notebooks)
     for section in (headroom_section, cold_seconds_section, suite_section, peers_section, compiler_section,
-                    training_section, scale_section, hopper_section):
+                    training_section, scale_section, hopper_section, yardstick_section):
         lines += section(shown)
     lines += _runs_shown(shown)
     return "\n".join(lines) + "\n"

@@ -127,7 +127,7 @@ def summary(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="fresh-cache runs per variant (default 3)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "grading")
+    parser.add_argument("--out", type=Path, default=RESULTS / "yardstick")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -144,6 +144,7 @@ def main(argv=None) -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     for state in ("empty", "warm"):  # the second process finds what the first compiled
                         runs.append({**_run(variant, Path(tmp)), "run": i, "caches": state})
+                        bar.write(json.dumps(runs[-1]))  # each run as it ends: a cut-off run keeps what it measured
                         bar.update()
     result = {**record(device.profile(progress=False)), "runs": runs, "summary": summary(runs)}
     path = save(result, args.out / f"yardstick-{slug(result['device']['name'])}.json")
