@@ -1,6 +1,8 @@
 """Triton's interpreter made as strict as a GPU while the grader runs a student's kernel: masked-off lanes
 loaded without other= hold NaN, a load with other= behaves as written, and nothing changes outside grading."""
 
+import contextlib
+
 import pytest
 import torch
 import triton
@@ -60,3 +62,32 @@ def test_the_fill_holds_only_while_grading():
         assert torch.isnan(lenient(x)).all()
         torch.testing.assert_close(_row_sum(other=True, upcast=True)(x), x.sum(dim=1))
     torch.testing.assert_close(lenient(x), x.sum(dim=1))
+
+
+
+@triton.jit
+def _triple_kernel(x_ptr, out_ptr):
+    tl.store(out_ptr, tl.load(x_ptr) * 3)
+
+
+
+def test_the_overflow_check_that_changes_nothing_is_not_computed():
+    """The interpreter recomputes every 32-bit add, sub and mul in int64 to check that it fits (a third of its
+    time on an elementwise kernel) and drops the check outside debug mode: on the CPU it is not computed unless
+    debug is on, and the result wraps as on a GPU, while grading and outside."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    x = torch.tensor([2**30], dtype=torch.int32)
+    for grading in (True, False):
+        out = torch.zeros(1, dtype=torch.int32)
+        with like_gpu.strict() if grading else contextlib.nullcontext():
+            _triple_kernel[(1,)](x, out)
+        assert int(out) == -(2**30), grading  # 3 * 2**30 wrapped to 32 bits
+    options = interpreter.interpreter_builder.options
+    if hasattr(options, "sanitize_overflow"):
+        assert options.sanitize_overflow is False and options.debug is False
+        debugging = dataclasses.replace(options, debug=True, sanitize_overflow=True)
+        assert like_gpu._unchecked(debugging) is debugging
+        assert like_gpu._unchecked(dataclasses.replace(options, sanitize_overflow=True)).sanitize_overflow is False
