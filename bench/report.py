@@ -329,14 +329,18 @@ def yardstick_section(shown: dict) -> list[str]:
     by = shown.get("yardstick", {})
     if not by:
         return []
-    columns = {d: [(tuple(name.split(", ")), row) for name, row in run["summary"].items()] for d, (_, run) in by.items()}
+    columns = {d: [(tuple(name.split(", ")), row) for name, row in run["summary"].items()]
+               for d, (_, run) in by.items()}
     lines = ["", "## 07.decoder's yardstick", "",
              "torch.compile of the eager decoder, compiled whole (what 07.decoder's performance criterion times a "
              "student's step against) or one layer at a time, in a fresh process with empty caches and again with "
              "the caches the first left: seconds to the first step's gradients, compilation included / median "
              "step in ms / speed-up over eager measured in the same process (medians over the runs).", ""]
-    return lines + cross_table(["variant", "caches"], columns, lambda r: (
-        f"{r['first_step_s']:.1f} s / {r['step_ms']:.1f} ms / {r['speedup_over_eager']:.2f}x ({r['runs']} run{'s' if r['runs'] != 1 else ''})"))
+
+    def cell(r):
+        runs = f"{r['runs']} run" + ("s" if r["runs"] != 1 else "")
+        return f"{r['first_step_s']:.1f} s / {r['step_ms']:.1f} ms / {r['speedup_over_eager']:.2f}x ({runs})"
+    return lines + cross_table(["variant", "caches"], columns, cell)
 
 
 def render() -> str:

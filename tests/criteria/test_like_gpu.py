@@ -1,5 +1,6 @@
 """Triton's interpreter made as strict as a GPU while the grader runs a student's kernel: masked-off lanes
-loaded without other= hold NaN, a load with other= behaves as written, and nothing changes outside grading."""
+loaded without other= hold NaN, a load with other= behaves as written, and nothing changes outside grading but
+the time (the overflow check the interpreter computes and then drops is not computed)."""
 
 import contextlib
 
@@ -64,11 +65,9 @@ def test_the_fill_holds_only_while_grading():
     torch.testing.assert_close(lenient(x), x.sum(dim=1))
 
 
-
 @triton.jit
 def _triple_kernel(x_ptr, out_ptr):
     tl.store(out_ptr, tl.load(x_ptr) * 3)
-
 
 
 def test_the_overflow_check_that_changes_nothing_is_not_computed():
