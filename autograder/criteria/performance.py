@@ -11,6 +11,7 @@ varies from call to call, stays out of the comparison.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import threading
 
@@ -202,22 +203,34 @@ def shared_gpu(cfg: GradingConfig, why: str) -> CriterionResult:
         {"gpu_shared": True, "required": bool(cfg.require_performance)})
 
 
+def one_at_a_time(criterion):
+    """A timed criterion of any exercise kind (kernels, optimizer steps, training steps), run while this grading
+    holds the GPU's timing lock: another course grading on this GPU (a classmate's check(), a second grade-class
+    worker) times its own first, as its inputs, checks and timing would all land in this one's turns. Without a
+    GPU: not measured."""
+
+    @functools.wraps(criterion)
+    def timed(ex, fn, cfg: GradingConfig, *args, **kwargs) -> CriterionResult:
+        if not runtime.has_gpu():
+            return not_measured(cfg)
+        try:
+            with gpu_share.timing_lock() as held:
+                if not held:
+                    return shared_gpu(cfg, f"another grading kept it for {gpu_share.LOCK_WAIT_S:.0f} s")
+                return criterion(ex, fn, cfg, *args, **kwargs)
+        except (SubmissionWork, gpu_share.LockedBySubmission) as exc:
+            return submission_failure(exc)
+
+    return timed
+
+
+@one_at_a_time
 def performance(ex: KernelExercise, fn, cfg: GradingConfig, own_kernels: bool = True) -> CriterionResult:
     """own_kernels=False: fn's kernels are launched by a compiler (torch.compile), so the check that the result
     comes from Triton launches (from_your_kernels) does not apply."""
-    if not runtime.has_gpu():
-        return not_measured(cfg)
-    # Another course grading on this GPU (a classmate's check(), a second grade-class worker) times its kernel
-    # first; its inputs, checks and timing would all land in this one's turns.
-    try:
-        with gpu_share.timing_lock() as held:
-            if not held:
-                return shared_gpu(cfg, f"another grading kept it for {gpu_share.LOCK_WAIT_S:.0f} s")
-            if not ex.perf_shapes:
-                return _performance(ex, fn, cfg, ex.perf_shape, own_kernels=own_kernels)
-            return _each_shape(ex, fn, cfg, own_kernels)
-    except (SubmissionWork, gpu_share.LockedBySubmission) as exc:
-        return submission_failure(exc)
+    if not ex.perf_shapes:
+        return _performance(ex, fn, cfg, ex.perf_shape, own_kernels=own_kernels)
+    return _each_shape(ex, fn, cfg, own_kernels)
 
 
 def submission_failure(exc: Exception) -> CriterionResult:

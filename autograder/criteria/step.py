@@ -18,7 +18,7 @@ from autograder.config import GradingConfig
 from autograder.criteria.audit import Ceiling, audit_timing
 from autograder.criteria.cases import MAX_LISTED, case_seed, count_gpu_kernels, dtype_name, student_error, sync
 from autograder.criteria.fusion import INTERPRETED, ON_GPU
-from autograder.criteria.performance import SubmissionWork, copy_peak, measure, not_measured, shared_gpu
+from autograder.criteria.performance import SubmissionWork, copy_peak, measure, one_at_a_time, shared_gpu
 from autograder.criteria.performance import submission_failure
 from autograder.guard.watch import Guarded, Watch
 from autograder.measure import device as device_mod
@@ -252,9 +252,8 @@ def step_precision(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
                            f"{worst:.2f} of its bound)", figures)
 
 
+@one_at_a_time  # the GPU's timing lock held, as by every timed criterion
 def step_performance(ex: StepExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    if not runtime.has_gpu():
-        return not_measured(cfg)
     prof = device_mod.profile()
     dtype = ex.dtypes[0]
     gen = torch.Generator().manual_seed(case_seed(cfg.secret_seed, "performance"))

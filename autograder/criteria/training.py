@@ -21,7 +21,7 @@ from autograder.config import GradingConfig
 from autograder.criteria.at_size import for_this_card
 from autograder.criteria.audit import LOOSE, ROTATION, Ceiling, audit_timing
 from autograder.criteria.cases import case_seed, dtype_name, student_error, sync
-from autograder.criteria.performance import KEPT, SubmissionWork, copy_peak, measure, not_measured, shared_gpu
+from autograder.criteria.performance import KEPT, SubmissionWork, copy_peak, measure, one_at_a_time, shared_gpu
 from autograder.criteria.performance import submission_failure
 from autograder.guard import integrity
 from autograder.measure.meters import TritonLaunches
@@ -314,9 +314,8 @@ def _audit(ex: TrainingExercise, fn, params: dict, sets: list, sampled, yours, t
                         "flops a forward and backward must do", "bf16 matmul rate")], sampled, problem)
 
 
+@one_at_a_time  # the GPU's timing lock held, as by every timed criterion
 def training_performance(ex: TrainingExercise, fn, cfg: GradingConfig) -> CriterionResult:
-    if not runtime.has_gpu():
-        return not_measured(cfg)
     case, dtype = for_this_card(ex.perf_case), torch.bfloat16
     params, tokens, targets = _perf_inputs(ex, case_seed(cfg.secret_seed, "training-perf"))
     yours = _step(fn, params, tokens, targets, case.config)

@@ -71,3 +71,39 @@ def test_check_picks_graders_without_an_isinstance_on_exercise_kinds():
              if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance"
              and kind_names & {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}]
     assert not asked, asked
+
+
+def test_every_kinds_performance_waits_for_the_gpus_timing_lock(monkeypatch):
+    """Two course gradings on one GPU never time at once, whatever the kind (on two H200s graded two at a time,
+    the optimizer step and the decoder, timed outside the lock, failed their bars): with the lock kept by another
+    grading, every kind's performance says the GPU is shared, not measured, and times nothing."""
+    import contextlib
+
+    from autograder import config, runtime
+    from autograder.measure import gpu_share
+
+    asked = []
+
+    @contextlib.contextmanager
+    def kept_by_another(*args, **kwargs):
+        asked.append(1)
+        yield False
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(gpu_share, "timing_lock", kept_by_another)
+    timed = {}  # one exercise of each kind that is timed
+    for ex in registry.all_exercises():
+        if "performance" in ex.criteria:
+            timed.setdefault(kinds.kind_of(ex).spec, ex)
+    assert {exercise.KernelExercise, exercise.StepExercise, exercise.TrainingExercise,
+            exercise.CompiledExercise} <= set(timed)
+    for spec, ex in timed.items():
+
+        def untouchable(*args, **kwargs):
+            raise AssertionError(f"{ex.id}: the student's function was called without the timing lock")
+
+        before = len(asked)
+        result = kinds.kind_of(ex).graders["performance"](ex, untouchable, config.load())
+        assert len(asked) > before, f"{ex.id} ({spec.__name__}): performance never asked for the timing lock"
+        assert result.status == "skipped" and result.figures.get("gpu_shared"), (ex.id, result.message)
+        assert "the GPU is shared" in result.message
