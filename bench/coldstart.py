@@ -214,17 +214,19 @@ def jobs_of(runs: int, notebook_mode: bool, only: list[str] | None, shapes: dict
 
 
 def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | None, shapes: dict,
-            deadline_s: float | None = None, checkpoint=None, machine: dict | None = None) -> list[dict]:
-    """Every job on the first free GPU; past deadline_s no new job starts (the runs so far are kept).
-    checkpoint(rows), if given, is called after every run, so that a run cut off from outside loses only the
-    gradings in flight."""
+            deadline_s: float | None = None, checkpoint=None, machine: dict | None = None,
+            per_gpu: int = 1) -> list[dict]:
+    """Every job on the first free slot, per_gpu slots a GPU; past deadline_s no new job starts (the runs so far
+    are kept). checkpoint(rows), if given, is called after every run, so that a run cut off from outside loses only
+    the gradings in flight."""
     job_list, results = jobs_of(runs, notebook_mode, only, shapes)
     stop_at = time.monotonic() + deadline_s if deadline_s else None
     jobs: queue.Queue = queue.Queue()
     for job in job_list:
         jobs.put(job)
     lock = threading.Lock()
-    bar = tqdm(total=len(job_list), desc=f"cold gradings on {len(gpus)} GPU(s)")
+    bar = tqdm(total=len(job_list), desc=f"cold gradings on {len(gpus)} GPU(s)"
+               + (f", {per_gpu} at once on each" if per_gpu > 1 else ""))
 
     def worker(gpu: str):
         while stop_at is None or time.monotonic() < stop_at:
@@ -240,7 +242,7 @@ def measure(runs: int, gpus: list[str], notebook_mode: bool, only: list[str] | N
                 if checkpoint is not None:
                     checkpoint(rows_of({k: list(v) for k, v in results.items()}, notebook_mode))
 
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in gpus]
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for _ in range(per_gpu) for g in gpus]
     for t in threads:
         t.start()
     for t in threads:
@@ -273,6 +275,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=10, help="cold gradings per solution (default 10)")
     parser.add_argument("--gpus", default="all", help="GPUs to spread the runs over: all, or indices 0,1,...")
+    parser.add_argument("--per-gpu", type=int, default=1, metavar="N",
+                        help="gradings at once on each GPU (default 1; 2 is a GPU shared by two students, whose "
+                             "performance checks take turns: the shared case, saved apart with the label shared)")
     parser.add_argument("--exercises", action="store_true",
                         help="grade each solution's performance alone instead of whole notebooks")
     parser.add_argument("--only", nargs="*", help="notebooks (02) or, with --exercises, exercises by id prefix")
@@ -310,6 +315,10 @@ def main(argv=None) -> int:
         return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if not 1 <= args.per_gpu <= 8:
+        parser.error(f"--per-gpu {args.per_gpu}: between 1 and 8 gradings at once on a GPU")
+    if args.per_gpu > 1 and not args.label:
+        args.label = "shared"  # never merged into the cold-start table by mistake: its file is named apart
     shapes = headroom.parse_shapes(parser, args.shape)
     if shapes and not args.exercises:
         parser.error("--shape times one exercise alone: add --exercises")
@@ -321,6 +330,7 @@ def main(argv=None) -> int:
     gpus = gpu_list(args.gpus)
     started = time.perf_counter()
     head = {**record(device.profile()), "runs": args.runs, "deadline_s": args.deadline_s, "gpus": gpus,
+            "per_gpu": args.per_gpu,
             "only": args.only or [], "unit": "exercise" if args.exercises else "notebook",
             "shapes": {k: list(v) for k, v in shapes.items()}, "margin": MARGIN, "max_spread": MAX_SPREAD,
             "machine": f"{INSTALLED}: Python's bytecode and matplotlib's font list kept (installed()); Triton, "
@@ -337,7 +347,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="coldstart-machine-") as machine_dir:
         machine = installed(Path(machine_dir))
         rows = measure(args.runs, gpus, not args.exercises, args.only, shapes, args.deadline_s, checkpoint,
-                       machine)
+                       machine, args.per_gpu)
     result = {**head, "wall_s": round(time.perf_counter() - started, 1), "rows": rows}
     path = save(result, args.out / f"{name}.json")
     (args.out / f"{name}-inprogress.json").unlink(missing_ok=True)

@@ -134,6 +134,10 @@ def merge(parts: list[dict]) -> dict:
     units = {part.get("unit", "notebook") for part in parts}
     if len(names) != 1 or len(units) != 1:
         raise SystemExit(f"--merge takes runs of one device and one unit; these are {sorted(names)}, {sorted(units)}")
+    shared = {part.get("per_gpu", 1) for part in parts}
+    if len(shared) != 1:
+        raise SystemExit(f"--merge takes runs with the same gradings at once on a GPU; these have {sorted(shared)}"
+                         " (a shared GPU's runs are not cold-start headroom)")
     rows: dict = {}
     offset = 0  # past every round of the parts before: a part may be a merge itself, its rounds in the thousands
     for part in parts:

@@ -89,6 +89,8 @@ def test_merge_puts_the_runs_of_several_calls_together():
     assert not row["summary"]["ok"]  # 0.70 / 0.8 is under the margin
     with pytest.raises(SystemExit, match="one device"):
         coldstart_summary.merge([one, _result(one["rows"], name="NVIDIA H200")])
+    with pytest.raises(SystemExit, match="not cold-start headroom"):  # a shared GPU's runs stay apart
+        coldstart_summary.merge([one, {**two, "per_gpu": 2}])
 
 
 def test_the_child_prints_one_result_line_on_the_cpu():
@@ -105,7 +107,8 @@ def test_the_child_prints_one_result_line_on_the_cpu():
 
 def test_bad_arguments_are_refused_by_name():
     for args, said in ((["--runs", "0"], "--runs"), (["--shape", "06.fake_quant=a,b", "--exercises"], "--shape"),
-                       (["--shape", "06.fake_quant=8,8"], "--exercises"), (["--table", "nowhere.json"], "no such")):
+                       (["--shape", "06.fake_quant=8,8"], "--exercises"), (["--table", "nowhere.json"], "no such"),
+                       (["--per-gpu", "0"], "--per-gpu")):
         p = subprocess.run([sys.executable, "-m", "bench.coldstart", *args], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
