@@ -25,6 +25,9 @@ if [ -n "${WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$WHEELS"/*.whl \
     || { echo "installing the wheels in $WHEELS failed" >&2; exit 2; }
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PATH="$site/bin:$PATH"
+  # pip --target puts the wheels' data files (nbconvert's page templates, which nbgrader's feedback uses) under
+  # $site/share/jupyter, where Jupyter does not look unless told
+  export JUPYTER_PATH="$site/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
   # the class tests grade through nbgrader with the course's Jupyter kernel, which `make lab` registers elsewhere
   python3 -m ipykernel install --user --name fusion-course >/dev/null || { echo "registering the kernel failed" >&2; exit 2; }
 fi
