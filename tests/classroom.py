@@ -37,10 +37,12 @@ def _source_notebook():
 _MADE: dict[Path, Path] = {}  # build.ROOT -> the course folder made from it, once per test process
 
 
-def _grading_settings() -> str:
-    """The course's grading.toml with one fresh random trial a check instead of its three. These tests grade the
-    path a class takes (workers, sandbox, footprint, gradebook, feedback), not the kernel, whose grading has tests
-    of its own: the secret case and the fixed shapes still run, and a student costs about half as long."""
+def one_trial_settings() -> str:
+    """The course's grading.toml with one fresh random trial a check instead of its three. The tests that grade
+    through nbgrader (the class runs, the notebooks' round trips) test the path a grading takes (workers,
+    sandbox, footprint, gradebook, feedback, every cell of a notebook), not a kernel's grading, which has tests of
+    its own: the secret case and the fixed shapes still run at every dtype, and a check costs about half as long
+    (correctness runs every shape once per trial and once for the secret case)."""
     text = (build.ROOT / "grading.toml").read_text()
     one, n = re.subn(r"^trials = \d+$", "trials = 1", text, flags=re.M)
     assert n == 1, "grading.toml has no 'trials = N' line"
@@ -49,7 +51,7 @@ def _grading_settings() -> str:
 
 def _make(work: Path) -> None:
     shutil.copy(build.ROOT / "nbgrader_config.py", work)
-    (work / "grading.toml").write_text(_grading_settings())
+    (work / "grading.toml").write_text(one_trial_settings())
     (work / "solutions" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(_source_notebook(), work / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",

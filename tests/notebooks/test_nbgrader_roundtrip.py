@@ -1,8 +1,9 @@
 """A real nbgrader round trip on the CPU: release, three submissions per notebook, autograde, export, feedback.
 
 alice hands in the solutions, bob the untouched release, carol one planted bug per exercise. The grading
-configuration (grading.toml) requires performance to be measured, so on this GPU-less machine every
-performance cell scores 0 for everyone, and every other cell is decided by the code alone.
+configuration (the course's grading.toml, with one random trial a check: classroom.one_trial_settings) requires
+performance to be measured, so on this GPU-less machine every performance cell scores 0 for everyone, and every
+other cell is decided by the code alone.
 
 Each notebook is one course folder and one round trip (the release comes from the `released` fixture, which
 test_notebooks.py compares with the committed course/), so the notebooks grade in parallel.
