@@ -240,6 +240,24 @@ def test_the_grading_process_result_is_read_whatever_is_written_after_it():
     assert student_result(f"{earlier}\n{line}\nwarning\n")["success"] is True  # the last one counts
 
 
+def test_the_grading_process_starts_without_the_iri_grammars_and_still_validates_notebooks():
+    """A student's grading process leaves out rfc3987-syntax (jsonschema builds its grammars at import, about 2 s
+    of every such process's start); nbformat still reads and validates a course notebook there."""
+    probe = ("import sys\n"
+             "import autograder.classroom.student\n"
+             "import nbformat\n"
+             "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+             "nbformat.validate(nb)\n"
+             "del nb.cells[0]['metadata']\n"
+             "try:\n    nbformat.validate(nb)\nexcept nbformat.ValidationError:\n    print('invalid refused')\n"
+             "print(sys.modules.get('rfc3987_syntax'), len(nb.cells) > 10)\n")
+    p = subprocess.run([sys.executable, "-c", probe, str(build.ROOT / "course" / classroom.SOURCE /
+                                                         f"{classroom.SOURCE}.ipynb")],
+                       capture_output=True, text=True, timeout=120, env=build.tool_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().split("\n")[-2:] == ["invalid refused", "None True"], p.stdout
+
+
 def test_a_course_kernel_that_is_not_installed_is_refused_before_anyone_is_graded(tmp_path, monkeypatch):
     """On a machine where nbgrader_config.py's kernel was never registered, every student "crashed" with
     nbgrader's "see the above traceback" (16 of 16 on a GPU machine): grade-class says why before it starts."""
