@@ -30,18 +30,18 @@ if os.environ["OMP_NUM_THREADS"] == "1":
 # so that no core is left alone with a long one at the end. Minutes measured on two cores without a GPU (the
 # other tests take seconds each); update them when a group's time changes much.
 LONGEST_FIRST = {  # a group's set-up and tests, from a fresh clone's `make test` (2026-11-29, --durations)
-    "corpus-class": 7.7,
-    "course-05_streaming_reduction_fusion": 6.3,
-    "course-07_fusion_for_training": 5.7,
-    "course-02_vertical_fusion": 5.7,
-    "browser": 4.4,  # the instructor's feedback pages, the new student's journey, notebook 01 run by a student
-    "course-03_horizontal_fusion": 4.2,
-    "grade-class": 3.6,  # one class of five students, one of each status, exported and given feedback
-    "course-04_gemm_epilogue_fusion": 2.8,
-    "slurm": 2.5,  # a one-node Slurm cluster, and a local grading of the same class
-    "course-01_hbm_cost_model": 2.0,
-    "course-06_compiler_fusion": 1.7,
-    "handout": 0.9,
+    "corpus-class": 5.0,
+    "course-05_streaming_reduction_fusion": 3.8,
+    "course-07_fusion_for_training": 3.6,
+    "course-02_vertical_fusion": 2.9,
+    "browser": 2.5,  # the instructor's feedback pages, the new student's journey, notebook 01 run by a student
+    "course-03_horizontal_fusion": 1.9,
+    "course-04_gemm_epilogue_fusion": 1.8,
+    "grade-class": 1.5,  # one class of five students, one of each status, exported and given feedback
+    "slurm": 1.4,  # a one-node Slurm cluster, and a local grading of the same class
+    "course-01_hbm_cost_model": 1.3,
+    "course-06_compiler_fusion": 1.2,
+    "handout": 0.5,
 }
 SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a whole notebook)
 # Tests outside any group that take minutes on their own, by file and name: they need no common worker, and are
@@ -49,17 +49,17 @@ SLOW_UNGROUPED = 0.5  # tests marked slow outside a group (the checker runs a wh
 # busy while the other waits). Minutes from the same run.
 LONGEST_TESTS = {
     "test_grade_class_parallel.py": {  # each grades a class of its own with several workers
-        "test_two_workers_give_the_grades_of_one": 3.6,  # the class by 1 worker, then by 2
-        "test_a_change_while_several_are_in_flight_is_attributed_by_grading_them_again_alone": 3.3,
-        "test_submitit_local_jobs_grade_like_this_machine": 1.3,
-        "test_a_student_whose_grading_cannot_start_is_recorded_and_the_rest_go_on": 1.2,
+        "test_two_workers_give_the_grades_of_one": 2.5,  # the class by 1 worker, then by 2
+        "test_a_change_while_several_are_in_flight_is_attributed_by_grading_them_again_alone": 1.9,
+        "test_submitit_local_jobs_grade_like_this_machine": 0.7,
+        "test_a_student_whose_grading_cannot_start_is_recorded_and_the_rest_go_on": 0.9,
     },
-    "test_judge.py": {"test_a_hunt_for_the_grading_secrets_finds_nothing_in_a_judged_process": 2.1},
-    "test_grade_horizontal.py": {"test_small_tile_kernel_passes": 1.8,
-                                 "test_fp16_accumulator_fails_precision_naming_the_growth": 1.2},
-    "test_isolation.py": {"test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[sandbox]": 1.6,
-                          "test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[off]": 1.5},
-    "test_runall.py": {"test_nbgrader_scores_a_failing_tagged_cell_zero": 0.9},
+    "test_judge.py": {"test_a_hunt_for_the_grading_secrets_finds_nothing_in_a_judged_process": 0.8},
+    "test_grade_horizontal.py": {"test_small_tile_kernel_passes": 1.2,
+                                 "test_fp16_accumulator_fails_precision_naming_the_growth": 0.7},
+    "test_isolation.py": {"test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[sandbox]": 0.7,
+                          "test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student[off]": 0.9},
+    "test_runall.py": {"test_nbgrader_scores_a_failing_tagged_cell_zero": 0.5},
 }
 MODULE_GROUPS = {"test_corpus_class.py": "corpus-class", "test_grade_class.py": "grade-class",  # one class each
                  "test_handout.py": "handout",  # one hand-out built and installed
