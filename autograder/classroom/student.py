@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 # nbformat checks notebooks with jsonschema, which builds rfc3987-syntax's Earley grammars (for the "iri" format)
-# as it is imported: about 2 of the 3-4 seconds this process takes to start, once per student, for a format that
-# no notebook schema uses. An import that finds None in sys.modules fails, and jsonschema goes on without it.
+# as it is imported: about 2 of the 5-6 seconds this process took to start on two cores, once per student, for a
+# format that no notebook schema uses. An import that finds None in sys.modules fails, and jsonschema goes on
+# without it.
 sys.modules.setdefault("rfc3987_syntax", None)
 
 from nbgrader.preprocessors import Execute  # noqa: E402
