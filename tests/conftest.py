@@ -18,8 +18,6 @@ import autograder  # noqa: E402, F401  (picks GPU or interpreter before any test
 from autograder import runtime
 from autograder.publish import build  # noqa: E402
 
-import classroom  # noqa: E402  (tests/ is on the path: pyproject's pythonpath)
-
 if os.environ["OMP_NUM_THREADS"] == "1":
     import torch  # noqa: E402
 
@@ -145,6 +143,8 @@ def released(tmp_path_factory):
 
     def make(name: str) -> Path:
         if name not in _RELEASED:
+            import classroom  # here, not at the top: it needs nbformat, which the GPU tests do without
+
             work = tmp_path_factory.mktemp(f"course-{name}")
             shutil.copy(ROOT / "nbgrader_config.py", work)
             (work / "grading.toml").write_text(classroom.one_trial_settings())  # as the class tests grade
