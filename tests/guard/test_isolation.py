@@ -132,9 +132,16 @@ while True:
         with sqlite3.connect(data / name) as db:
             db.execute("create table if not exists seen (round integer)")
             db.execute("insert into seen values (?)", (rounds,))
-    count.write_text(str(rounds))
+    partial = count.with_name(count.name + ".partial")  # replaced whole: a reader never sees it half written
+    partial.write_text(str(rounds))
+    os.replace(partial, count)
     time.sleep(0.2)
 """
+
+
+def _rounds(count):
+    """How many rounds the stand-in has written so far (0 before its first)."""
+    return int(count.read_text()) if count.exists() else 0
 
 
 def test_the_footprint_leaves_out_what_a_running_jupyterlab_writes(tmp_path, monkeypatch):
@@ -147,7 +154,7 @@ def test_the_footprint_leaves_out_what_a_running_jupyterlab_writes(tmp_path, mon
     lab = subprocess.Popen([sys.executable, "-c", JUPYTERLAB_LIKE, str(config), str(data), str(tmp_path / "rounds")])
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "rounds").exists() or int((tmp_path / "rounds").read_text() or 0) < 3:
+        while _rounds(tmp_path / "rounds") < 3:
             assert time.monotonic() < deadline and lab.poll() is None, "the JupyterLab stand-in did not run"
             time.sleep(0.1)
         assert fp.changes() == []
@@ -193,13 +200,13 @@ def test_a_class_graded_beside_a_running_jupyterlab_has_no_tampered_student(tmp_
     lab = subprocess.Popen([sys.executable, "-c", JUPYTERLAB_LIKE, str(config), str(data), str(rounds)])
     try:
         deadline = time.monotonic() + 60
-        while not rounds.exists() or not rounds.read_text():
+        while _rounds(rounds) < 1:
             assert time.monotonic() < deadline and lab.poll() is None, "the JupyterLab stand-in did not start"
             time.sleep(0.1)
-        before = int(rounds.read_text())
+        before = _rounds(rounds)
         log = []
         rows = grade_class(course, classroom.ASSIGNMENT, timeout=300, db_url=db, echo=log.append, progress=False)
-        assert lab.poll() is None and int(rounds.read_text()) > before + 5, "JupyterLab's stand-in stopped writing"
+        assert lab.poll() is None and _rounds(rounds) > before + 5, "JupyterLab's stand-in stopped writing"
     finally:
         lab.kill()
         lab.wait()
