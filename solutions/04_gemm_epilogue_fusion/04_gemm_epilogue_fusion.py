@@ -1262,8 +1262,9 @@ check("04.lora", lora_linear, criteria=["fusion"]).assert_passed("fusion")
 # %% [markdown] nbgrader={"grade": false, "grade_id": "lora-ref", "locked": true, "schema_version": 3, "solution": false}
 # **Reference run.** The course's reference solution (`kernels/lora.py`) at the timed shape, three gradings on
 # an H100 (torch 2.11, triton 3.6, 2026-11-28): 0.30-0.31 of the bf16 matmul rate and 2.31-2.40x the unfused
-# adapter, with no register spills. The bars are provisional, those of exercise 04.gemm_gelu_residual, until
-# the reference has been graded on an H200 too.
+# adapter, with no register spills; eight cold gradings on two H200s (2026-11-28/29): 0.29-0.33 of the rate and
+# 1.83-2.00x the unfused adapter. The bars, those of exercise 04.gemm_gelu_residual, sit below the H200's worst
+# cold run by more than 1.2x; they stay provisional until the reference has had its cold gradings on an H100.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "lora-measure-md", "locked": true, "schema_version": 3, "solution": false}
 # ### Your fused LoRA against the model, the unfused adapter and the merged weight
