@@ -16,8 +16,9 @@ import copy
 import dataclasses
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from autograder.publish import build
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION, BUGGY = "solution", "buggy"
@@ -110,8 +111,8 @@ def build_course(course: Path, assignment: str, n: int, env: dict) -> list[str]:
         shutil.copy(ROOT / name, course / name)
     shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
                     ignore=shutil.ignore_patterns("*.py", ".ipynb_checkpoints", "__pycache__"))
-    done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force",
-                           f"--db=sqlite:///{course / 'gradebook.db'}", "--log-level=ERROR"],
+    done = subprocess.run(build.nbgrader_command("generate_assignment", assignment, "--force",
+                                                 f"--db=sqlite:///{course / 'gradebook.db'}", "--log-level=ERROR"),
                           cwd=course, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"nbgrader generate_assignment failed:\n{(done.stdout + done.stderr)[-3000:]}")

@@ -11,7 +11,6 @@ import atexit
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -54,9 +53,9 @@ def _make(work: Path) -> None:
     (work / "grading.toml").write_text(one_trial_settings())
     (work / "solutions" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(_source_notebook(), work / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
-                    f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"], cwd=work, check=True,
-                   capture_output=True, env=build.tool_env())
+    subprocess.run(build.nbgrader_command("generate_assignment", ASSIGNMENT, "--force",
+                                          f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"),
+                   cwd=work, check=True, capture_output=True, env=build.tool_env())
 
 
 def make_course(work: Path) -> str:

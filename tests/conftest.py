@@ -150,8 +150,8 @@ def released(tmp_path_factory):
             (work / "grading.toml").write_text(classroom.one_trial_settings())  # as the class tests grade
             shutil.copytree(ROOT / "solutions" / name, work / "solutions" / name)
             r = subprocess.run(
-                [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
-                 f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"],
+                build.nbgrader_command("generate_assignment", name, "--force",
+                                       f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"),
                 cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=600,
             )
             assert r.returncode == 0, r.stdout + r.stderr

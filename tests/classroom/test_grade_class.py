@@ -117,7 +117,7 @@ def test_every_student_is_exported_and_gets_a_feedback_page_saying_what_happened
     work, _, _, _ = course
     env = build.tool_env()
     for args in (["export", "--to=export.csv"], ["generate_feedback", NAME, "--force"]):
-        done = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=work, env=env,
+        done = subprocess.run(build.nbgrader_command(*args, "--log-level=ERROR"), cwd=work, env=env,
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
     with open(work / "export.csv") as f:

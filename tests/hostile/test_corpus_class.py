@@ -143,8 +143,8 @@ def test_a_daemon_left_behind_is_ended_with_its_notebook(graded):
 
 def test_feedback_can_be_generated_for_the_graded(graded):
     work, db, rows, _, _ = graded
-    out = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", NAME, f"--db={db}",
-                          "--log-level=ERROR"], cwd=work, capture_output=True, text=True, env=build.tool_env(),
+    out = subprocess.run(build.nbgrader_command("generate_feedback", NAME, f"--db={db}", "--log-level=ERROR"),
+                         cwd=work, capture_output=True, text=True, env=build.tool_env(),
                          check=False)
     assert out.returncode == 0, out.stderr
     # Every student recorded gets a page, those not graded one that says what happened.

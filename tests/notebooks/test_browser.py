@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -269,8 +268,9 @@ def _feedback_pages(tmp_path):
 
     rows = {r["student_id"]: r for r in grade_class(work, classroom.ASSIGNMENT, timeout=300, db_url=db,
                                                       echo=lambda m: None, progress=False)}
-    out = subprocess.run([sys.executable, "-m", "nbgrader", "generate_feedback", classroom.ASSIGNMENT, f"--db={db}",
-                          "--log-level=ERROR"], cwd=work, capture_output=True, text=True, env=build.tool_env())
+    out = subprocess.run(build.nbgrader_command("generate_feedback", classroom.ASSIGNMENT, f"--db={db}",
+                                                "--log-level=ERROR"),
+                         cwd=work, capture_output=True, text=True, env=build.tool_env())
     assert out.returncode == 0, out.stderr
     return work, rows
 

@@ -126,7 +126,7 @@ def test_nbgrader_autograde_under_the_switch_skips_a_demonstration_the_student_u
     db = f"sqlite:///{tmp_path}/gradebook.db"
 
     def nbgrader(*args, **env):
-        done = subprocess.run([sys.executable, "-m", "nbgrader", *args, f"--db={db}", "--log-level=ERROR"],
+        done = subprocess.run(build.nbgrader_command(*args, f"--db={db}", "--log-level=ERROR"),
                               cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False,
                               env={**build.tool_env(), **env})
         assert done.returncode == 0, done.stdout + done.stderr

@@ -12,7 +12,6 @@ test_notebooks.py compares with the committed course/), so the notebooks grade i
 import csv
 import html
 import subprocess
-import sys
 
 import diagrams_shown
 import nbformat
@@ -164,7 +163,7 @@ POINTS = {NB1: (24, 18), NB2: (66, 46), NB3: (35, 25), NB4: (41, 27), NB5: (73, 
 
 def _nbgrader(work, *args, env=None):
     return subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args, f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"],
+        build.nbgrader_command(*args, f"--db=sqlite:///{work}/gradebook.db", "--log-level=ERROR"),
         cwd=work, capture_output=True, text=True, env={**build.tool_env(), **(env or {})}, timeout=1800,
     )
 

@@ -2,6 +2,8 @@
 
 import ast
 import json
+import re
+import subprocess
 
 import nbformat
 import pytest
@@ -19,6 +21,17 @@ def _solution_nb(root, name):
 def test_there_are_notebooks():
     assert {"01_hbm_cost_model", "02_vertical_fusion", "03_horizontal_fusion", "04_gemm_epilogue_fusion",
             "05_streaming_reduction_fusion"} <= set(NOTEBOOKS)
+
+
+def test_nbgrader_runs_without_the_iri_grammars():
+    """build.nbgrader_command is nbgrader's command line, started without rfc3987-syntax's grammars: nbformat and
+    jsonschema are there, lark (which builds the grammars) is not."""
+    python, *rest = build.nbgrader_command("--version")
+    done = subprocess.run([python, "-X", "importtime", *rest], capture_output=True, text=True, env=build.tool_env(),
+                          timeout=300)
+    assert done.returncode == 0 and re.search(r"nbgrader version \d", done.stdout), done.stdout + done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert {"nbformat", "jsonschema"} <= imported and "lark" not in imported
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -2,7 +2,6 @@
 runs to its last cell; and nbgrader still scores such a cell from its error (a failing tagged cell gets 0)."""
 
 import subprocess
-import sys
 
 import nbformat
 import pytest
@@ -63,9 +62,9 @@ def test_nbgrader_scores_a_failing_tagged_cell_zero(tmp_path):
     classroom.submit(work, "alice")
     classroom.submit(work, "bob", {"fused_chain": answer.replace("y = alpha * z * tl.sigmoid(z)",
                                                                  "y = z * tl.sigmoid(z)")})
-    r = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", classroom.ASSIGNMENT, "--force", f"--db={db}",
-                        "--log-level=ERROR"], cwd=work, capture_output=True, text=True, env=build.tool_env(),
-                       timeout=1200)
+    r = subprocess.run(build.nbgrader_command("autograde", classroom.ASSIGNMENT, "--force", f"--db={db}",
+                                              "--log-level=ERROR"),
+                       cwd=work, capture_output=True, text=True, env=build.tool_env(), timeout=1200)
     assert r.returncode == 0, r.stdout + r.stderr
     alice, bob = classroom.scores(db, "alice"), classroom.scores(db, "bob")
     assert alice == {gid: (p, p) for gid, p in classroom.POINTS.items()}
