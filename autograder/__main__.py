@@ -7,10 +7,6 @@ import json
 import re
 import sys
 
-# grade-class reads notebooks with nbformat, whose jsonschema builds rfc3987-syntax's grammars at import (about 1.5
-# s on two cores) for a format no notebook schema uses; without them jsonschema leaves that format out.
-sys.modules.setdefault("rfc3987_syntax", None)
-
 # A Slurm memory size: a number and its unit (M, G or T, powers of 1024 as Slurm reads them).
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([MGT])(?:i?B)?\s*", re.IGNORECASE)
 
