@@ -18,12 +18,13 @@ from autograder.criteria.kinds import kind_of
 from autograder.guard import deadline, fingerprint, integrity
 from autograder.guard.watch import quiet
 from autograder.link import session
-from autograder.measure import capability
+from autograder.measure import capability, gpu_share
 from autograder.measure.meters import TritonLaunches
 from autograder.report import FAILED, SKIPPED, CriterionResult, Report
 from autograder.specs.exercise import CRITERIA, check_callable
 
 QUICK_TUNING = ("correctness", "precision")  # criteria whose cases nothing times
+TIMED = "performance"  # the criterion that times, every kind's: it holds the GPU's timing lock alone
 
 
 def check(exercise_id: str, fn, *, criteria=None) -> Report:
@@ -54,7 +55,8 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     if not problem:
         broken = []
         try:
-            with quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit), like_gpu.strict():
+            with _untimed(), quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit), \
+                    like_gpu.strict():
                 _, broken = warmup.compile_ahead(ex, fn, chosen)  # the graded calls print it again
         except deadline.CriterionTimeout:
             notes.append(f"the first calls of {ex.function} (compiling ahead) took more than {limit:.0f} s")
@@ -66,27 +68,41 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
         if problem:
             results.append(CriterionResult(name, FAILED, problem))
             continue
-        started = time.perf_counter()
-        held_before = _held_gib()  # the notebook's live tensors (and earlier exercises' leftovers)
-        with quiet() as noise:
-            try:
-                # The small cases choose an autotuned kernel's launch settings by one timed call (warmup.py).
-                tuning = warmup.quick_tuning(fn) if name in QUICK_TUNING else contextlib.nullcontext()
-                with deadline.time_limit(limit), tuning, like_gpu.strict():
-                    result = kind.graders[name](ex, fn, cfg)
-                    if name in kind.judged:
-                        result = session.confirm(ex, result)  # the course's bars, where a judge holds them
-            except deadline.CriterionTimeout as exc:  # recorded, and the next criterion is graded
-                result = CriterionResult(name, FAILED, deadline.timed_out_message(name, exc.seconds))
-            except Exception as exc:  # a grader bug must still produce a result, not a crash
-                result = CriterionResult(name, FAILED, _grader_failure(exc, held_before))
-        result.seconds = round(time.perf_counter() - started, 2)
-        if noise:
-            result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
+        # Waited for outside the criterion's time limit: another grading's timing on this GPU goes first.
+        with contextlib.nullcontext() if name == TIMED else _untimed():
+            result = _grade(ex, fn, cfg, kind, name, limit)
         results.append(result)
     integrity.verify()  # the graded function ran in between
     report = Report(ex.id, results, notes=notes + fingerprint.notes_for_kernels(TritonLaunches.ran.values()))
     return report
+
+
+def _grade(ex, fn, cfg, kind, name: str, limit: float) -> CriterionResult:
+    """One criterion's result, within its time limit; a timeout or a grader bug is a result too, never a crash."""
+    started = time.perf_counter()
+    held_before = _held_gib()  # the notebook's live tensors (and earlier exercises' leftovers)
+    with quiet() as noise:
+        try:
+            # The small cases choose an autotuned kernel's launch settings by one timed call (warmup.py).
+            tuning = warmup.quick_tuning(fn) if name in QUICK_TUNING else contextlib.nullcontext()
+            with deadline.time_limit(limit), tuning, like_gpu.strict():
+                result = kind.graders[name](ex, fn, cfg)
+                if name in kind.judged:
+                    result = session.confirm(ex, result)  # the course's bars, where a judge holds them
+        except deadline.CriterionTimeout as exc:  # recorded, and the next criterion is graded
+            result = CriterionResult(name, FAILED, deadline.timed_out_message(name, exc.seconds))
+        except Exception as exc:  # a grader bug must still produce a result, not a crash
+            result = CriterionResult(name, FAILED, _grader_failure(exc, held_before))
+    result.seconds = round(time.perf_counter() - started, 2)
+    if noise:
+        result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
+    return result
+
+
+def _untimed():
+    """The GPU's lock held shared while this grading compiles or runs an untimed criterion (measure/gpu_share.py):
+    it waits for another grading's timing on this GPU, and none starts while it runs. Nothing without a GPU."""
+    return gpu_share.untimed_work() if runtime.has_gpu() else contextlib.nullcontext()
 
 
 def _settings() -> config_mod.GradingConfig:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from autograder.measure import gpu_share
 from autograder.measure.device import cache_dir
 
 SETTING_ENV = "FUSION_COURSE_SANDBOX"
@@ -75,8 +76,9 @@ def find_bwrap() -> str | None:
 
 
 def _timing_locks() -> list[str]:
-    """The GPU timing locks other gradings on this machine hold (measure.gpu_share.timing_lock), so that a
-    sandboxed student's private /tmp still shares them."""
+    """The GPU timing locks of this machine (measure.gpu_share), made here for every GPU NVML lists where none
+    was yet, so that a sandboxed student's private /tmp still shares them with every other grading."""
+    gpu_share.make_lock_files()
     return sorted(glob.glob(os.path.join(tempfile.gettempdir(), "fusion-course-timing-*.lock")))
 
 

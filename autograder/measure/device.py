@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from autograder import runtime
+from autograder.measure import gpu_share
 from autograder.measure.timing import grader_ms as bench_ms  # the grader's timer, not the demonstrations'
 
 # Peaks measured on an NVIDIA H200 (torch 2.11, triton 3.6, bench/results/nvidia-h200.json). Used only to
@@ -178,6 +179,25 @@ def measure(progress: bool = True) -> DeviceProfile:
 _profile: DeviceProfile | None = None
 
 
+def _measured_alone(path: Path, progress: bool, reuse: bool) -> DeviceProfile:
+    """measure(), holding the GPU's timing lock (measure/gpu_share.py): a profile measured beside another
+    grading's work is low, and every ceiling and floor read from it for as long as it is cached. A grading that
+    waited for the lock finds the profile another one just measured."""
+    if gpu_share.holding():  # the grader's own hold: alone already when timing, and no better to be had otherwise
+        return measure(progress=progress)
+    try:
+        with gpu_share.timing_lock() as held:
+            if held and reuse and path.exists():
+                try:
+                    return DeviceProfile(**json.loads(path.read_text()))
+                except (ValueError, TypeError):
+                    pass
+            gpu_share.wait_until_free()  # and no other process computing there, as far as NVML can tell
+            return measure(progress=progress)
+    except gpu_share.LockedBySubmission:  # the performance criterion names it; the profile is measured all the same
+        return measure(progress=progress)
+
+
 def profile(refresh: bool = False, progress: bool = True) -> DeviceProfile:
     """This machine's profile: from the cache when (GPU, driver, torch) match, measured otherwise."""
     global _profile
@@ -203,7 +223,7 @@ def profile(refresh: bool = False, progress: bool = True) -> DeviceProfile:
             return _profile
         except (ValueError, TypeError):
             pass  # an unreadable cache is measured again
-    _profile = measure(progress=progress)
+    _profile = _measured_alone(path, progress, reuse=not refresh)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(dataclasses.asdict(_profile), indent=1))

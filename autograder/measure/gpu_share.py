@@ -8,10 +8,11 @@ grader waits for the GPU to be free, and after it, where the GPU was busy with o
 tell, the peak fell well below what this GPU reached when profiled), it measures again; when it cannot get a clean
 measurement it says so instead of grading (criteria/performance.py: measure).
 
-Two course gradings on one machine never time at once: the performance criterion holds a lock per GPU
-(timing_lock), so a second one waits its turn. Anything else that computes on the GPU while the kernel is timed
-is caught from NVML's per-process samples over the timed window (a device-wide reading taken after the turns
-misses a neighbour that paused when this process did).
+Two course gradings on one machine never time at once, nor does one time while another runs anything on that GPU:
+a timing (and the device profile's measurement) holds a lock per GPU alone (timing_lock), compiling and untimed
+criteria hold it shared (untimed_work). Anything else computing on the GPU while a kernel is timed is caught from
+NVML's per-process samples over the timed window (a device-wide reading after the turns misses a neighbour that
+paused when this process did).
 """
 
 from __future__ import annotations
@@ -162,59 +163,160 @@ def wait_until_free(wait_s: float = WAIT_S, reader=None, sleep=time.sleep, since
     return state
 
 
+def _lock_key(uuid: str) -> str:
+    """A GPU's key in its lock files' names: its UUID as NVML and torch both give it (torch leaves out "GPU-")."""
+    return (uuid[4:] if uuid.startswith("GPU-") else uuid).replace("/", "-")
+
+
 def _lock_path() -> Path:
     """One lock file per GPU of this machine (by UUID: CUDA_VISIBLE_DEVICES renumbers devices per process)."""
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     key = str(getattr(props, "uuid", "") or f"{props.pci_domain_id}-{props.pci_bus_id}-{props.pci_device_id}")
-    return Path(tempfile.gettempdir()) / f"fusion-course-timing-{key.replace('/', '-')}.lock"
+    return Path(tempfile.gettempdir()) / f"fusion-course-timing-{_lock_key(key)}.lock"
 
 
-_HELD_HERE: set[int] = set()  # descriptors through which the grader itself holds a timing lock in this process
+def _turn_path(path: Path) -> Path:
+    """The turnstile beside a GPU's lock: a timing waiting for the lock holds it, so that no grading starts new
+    untimed work on that GPU until the timing has had its turn (readers never starve a writer)."""
+    return path.with_name(path.stem + "-turn.lock")
+
+
+def make_lock_files(nvml=None) -> list[Path]:
+    """Create the lock files of every GPU NVML lists (lockable by every user): gradings in a sandbox with a /tmp
+    of its own then find them there (guard/sandbox.py binds them in). [] without NVML."""
+    try:
+        pynvml = nvml
+        if pynvml is None:
+            import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001  no driver or no nvidia-ml-py: no GPU to lock
+        return []
+    made = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            main = Path(tempfile.gettempdir()) / f"fusion-course-timing-{_lock_key(uuid)}.lock"
+            for path in (main, _turn_path(main)):
+                fd = _open(path)
+                if fd is not None:
+                    with contextlib.suppress(OSError):  # another user's file: it is there, which is what counts
+                        os.fchmod(fd, 0o666)  # past the umask: another user's grading locks it too
+                    os.close(fd)
+                    made.append(path)
+    except Exception:  # noqa: BLE001  a query this driver does not answer
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return made
+
+
+_HELD_HERE: dict[str, int] = {}  # lock file -> holds the grader has on it here; this process's others: the submission's
+
+
+def _open(path: Path) -> int | None:
+    try:  # read-only: another user's lock file still locks
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError:  # made unopenable (a folder in its place, no read permission)
+        return None
+
+
+def _take(fcntl, fd: int, path: Path, mode: int, deadline: float, sleep) -> bool:
+    """flock(fd, mode), polling until deadline; False at the deadline. Raises LockedBySubmission at once when the
+    holder is this process (not through the grader) or a process it started."""
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            mine = lock_holders(path) & ({os.getpid()} | set(descendants()))
+            if mine and str(path) not in _HELD_HERE:  # this process holds it, and not through the grader
+                raise LockedBySubmission(
+                    f"the grader's timing lock ({path}) is held by this process itself (pid "
+                    f"{', '.join(map(str, sorted(mine)))}), so by the submission: release it") from None
+            if time.monotonic() >= deadline:
+                return False
+            sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def _gpu_lock(path: Path | None, exclusive: bool, wait_s: float, sleep):
+    """The GPU's lock, exclusive (a timing) or shared (untimed work), taken through the turnstile; yields whether
+    it is held."""
+    try:
+        import fcntl
+    except ImportError:  # no file locks (Windows)
+        yield True
+        return
+    path = Path(path or _lock_path())
+    fd, turn = _open(path), _turn_path(path)
+    if fd is None:  # time without it, never skip
+        yield True
+        return
+    turn_fd, held, turned = _open(turn), False, False
+    try:
+        deadline = time.monotonic() + wait_s
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        # A timing keeps the turnstile until it is done; untimed work only passes through it.
+        turned = turn_fd is not None and _take(fcntl, turn_fd, turn, mode, deadline, sleep)
+        if turned:
+            _hold(turn, 1)
+        if turned or turn_fd is None:
+            held = _take(fcntl, fd, path, mode, deadline, sleep)
+        if held:
+            _hold(path, 1)
+        if turned and not exclusive:
+            fcntl.flock(turn_fd, fcntl.LOCK_UN)
+            _hold(turn, -1)
+            turned = False
+        yield held
+    finally:
+        if held:
+            _hold(path, -1)
+        if turned:
+            _hold(turn, -1)
+        os.close(fd)  # closing releases the locks
+        if turn_fd is not None:
+            os.close(turn_fd)
+
+
+def holding() -> bool:
+    return bool(_HELD_HERE)  # the grader holds a GPU lock in this process now
+
+
+def _hold(path: Path, n: int) -> None:
+    """Count a hold of the grader's on path (n=1), or its end (n=-1)."""
+    _HELD_HERE[str(path)] = _HELD_HERE.get(str(path), 0) + n
+    if _HELD_HERE[str(path)] <= 0:
+        del _HELD_HERE[str(path)]
 
 
 @contextlib.contextmanager
 def timing_lock(wait_s: float = LOCK_WAIT_S, path: Path | None = None, sleep=time.sleep):
-    """Held by one course grading at a time per GPU while it measures performance; yields True once held, or
-    False when another grading kept it for wait_s. Where file locks do not exist (Windows), yields True.
-    Raises LockedBySubmission at once when the holder is this process (not through this function) or a process it
-    started: the submission took the lock so that its kernel would never be timed, and nothing is waited for."""
-    try:
-        import fcntl
-    except ImportError:
-        yield True
-        return
-    path = path or _lock_path()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)  # read-only: another user's lock file still locks
-    except OSError:  # made unopenable (a folder in its place, no read permission): time without it, never skip
-        yield True
-        return
-    held = False
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = True
-                _HELD_HERE.add(fd)
-                break
-            except BlockingIOError:
-                mine = lock_holders(path) & ({os.getpid()} | set(descendants()))
-                if mine and not _HELD_HERE:  # this process holds it, and not through the grader
-                    raise LockedBySubmission(
-                        f"the grader's timing lock ({path}) is held by this process itself (pid "
-                        f"{', '.join(map(str, sorted(mine)))}), so by the submission: release it") from None
-                if time.monotonic() >= deadline:
-                    break
-                sleep(POLL_S)
+    """Held by one course grading at a time per GPU while it times, and by none while another grading runs
+    untimed work there; yields True once held, False when others kept it for wait_s, True without file locks
+    (Windows). Raises LockedBySubmission at once when this process (not through this module) or one it started
+    holds it: the submission took the lock so that its kernel would never be timed."""
+    with _gpu_lock(path, True, wait_s, sleep) as held:
         yield held
-    finally:
-        if held:
-            _HELD_HERE.discard(fd)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+
+
+@contextlib.contextmanager
+def untimed_work(wait_s: float = LOCK_WAIT_S, path: Path | None = None, sleep=time.sleep):
+    """Held, shared with other gradings' untimed work, while a grading compiles or runs its untimed criteria on
+    this GPU: another grading's timing never meets that work in its turns, and it waits for that timing. Yields
+    whether it is held; never raises for the lock: after wait_s, or where the submission holds the lock itself
+    (the performance criterion names that), the work runs without it, as only timings need the GPU alone."""
+    stack = contextlib.ExitStack()
+    try:
+        held = stack.enter_context(_gpu_lock(path, False, wait_s, sleep))
+    except LockedBySubmission:
+        held = False
+    with stack:
+        yield held
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -112,9 +112,10 @@ _GRADER = textwrap.dedent("""
     from autograder import check
     from kernels.rmsnorm import rmsnorm
     from kernels.add_rmsnorm import add_rmsnorm
+    from kernels.multi_tensor_adamw import adamw_step
     out, end = [], time.time() + float(sys.argv[1])
     while time.time() < end:
-        for ex, fn in (("02.rmsnorm", rmsnorm), ("02.add_rmsnorm", add_rmsnorm)):
+        for ex, fn in (("02.rmsnorm", rmsnorm), ("02.add_rmsnorm", add_rmsnorm), ("03.adamw_step", adamw_step)):
             r = check(ex, fn, criteria=["correctness", "performance"])
             out += [(ex, c.name, c.status, c.message.splitlines()[0]) for c in r.results]
     print(json.dumps(out))
