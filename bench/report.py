@@ -50,8 +50,8 @@ def kind(path: Path) -> str | None:
         return "capstone" if path.stem.startswith("capstone") else "training"
     if parts[0] in ("headroom", "coldstart"):
         return parts[0] if len(parts) == 2 and not path.stem.endswith("-partial") else None
-    if parts[0] == "hopper" and path.stem.startswith("gluon-"):
-        return None  # bench.gluon_attention's runs: their own layout, read from their files
+    if parts[0] == "hopper" and path.stem.startswith(("gluon-", "ws-repro-")):
+        return None  # bench.gluon_attention's and bench.ws_repro's runs: their own layouts, read from their files
     return parts[0] if parts[0] in KINDS else None
 
 

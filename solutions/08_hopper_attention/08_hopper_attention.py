@@ -641,8 +641,12 @@ hopper_only("Your warp-specialized kernel at each setting", ws_settings)
 # 2025 and are open (issue 8311, a matrix product that mixes pointer and descriptor loads), beside failures of the
 # same pass to compile (issues 8260, 9728, 11587). The course saw wrong results from Triton 3.6 on an H100 at six
 # of the eight settings it tried, and `python -m bench.ws_repro` in the course's repository reproduces them with
-# one loop in about sixty lines. So: a compiler defect, in the releases that carry the Hopper pass (3.4 to
-# 3.6 at least), not a misuse; the course's kernel takes only a setting it has checked (`WS_SETTINGS`), and
+# one loop in about sixty lines. On an H200 with Triton 3.6 that script found 22 of the 30 warp-specialized
+# settings that compiled wrong (not a number at every setting with three pipeline stages; errors of half the
+# result's largest value or more with query tiles of 128 rows), and all 32 without the flag right: only tiles of
+# 64 rows with two stages came back right with it (`bench/results/hopper/ws-repro-nvidia-h200.json`). The same loop, the same
+# inputs, right without the flag and wrong with it: a compiler defect, in the releases that carry the Hopper pass
+# (3.4 to 3.6 at least), not a misuse; the course's kernel takes only a setting it has checked (`WS_SETTINGS`), and
 # every cell above compares each setting's result with SDPA's before it times it.
 #
 # The rest of the gap is the part of FlashAttention-3 that upstream Triton's flag cannot express: the consumers
