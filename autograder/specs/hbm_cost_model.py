@@ -200,7 +200,9 @@ FUSED_CHAIN = KernelExercise(
         Shape((17, 3000), "strided"),
     ),
     extra_shapes=(Shape((3, 5003)), Shape((129, 1031), "transposed"), Shape((9, 2050), "strided"), Shape((1, 1))),
-    precision_shape=Shape((256, 4096)),
+    # An elementwise op's error does not grow with the tensor: 64 rows (drawn from 32 to 96) give the norm of the
+    # error as surely as 256 did, at a quarter of the programs a laptop's interpreter runs for them.
+    precision_shape=Shape((64, 4096)),
     perf_shape=Shape((16384, 8192)),  # 256 MiB in bf16: far past any L2
     tolerance={
         torch.float32: (1e-5, 1e-5),
