@@ -1,12 +1,11 @@
 """The GPU's lock between gradings on one machine (measure/gpu_share.py): a timing holds it alone, compiling and
-untimed criteria hold it shared, a waiting timing stops new untimed work, untimed work never fails for the lock,
-and the device profile is measured alone. Another grading is played here by a thread of this process holding the
-lock through the same functions (the lock is taken per open file, so two holders in one process still exclude
-each other)."""
+untimed criteria hold it shared, a waiting timing stops new untimed work, untimed work never fails for the lock
+(nor waits for a hold of the submission's: test_gpu_share.py), and the device profile is measured alone. Another
+grading is played here by a thread of this process holding the lock through the same functions (the lock is
+taken per open file, so two holders in one process still exclude each other)."""
 
 import contextlib
 import json
-import os
 import stat
 import threading
 
@@ -83,24 +82,6 @@ def test_a_waiting_timing_lets_no_new_untimed_work_start(tmp_path):
     assert timing.got.wait(10) and timing.held  # the first work ended: the timing's turn
     timing.end()
     assert gpu_share._HELD_HERE == {}
-
-
-def test_the_lock_held_by_the_submission_never_keeps_untimed_work_waiting(tmp_path):
-    import fcntl
-
-    lock = tmp_path / "gpu.lock"
-    fd = os.open(lock, os.O_RDONLY | os.O_CREAT)  # the submission's own hold
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    slept = []
-    try:
-        with gpu_share.untimed_work(wait_s=60, path=lock, sleep=slept.append) as held:
-            assert not held and not slept  # graded at once, without it (performance names the hold)
-        with pytest.raises(gpu_share.LockedBySubmission):
-            with gpu_share.timing_lock(wait_s=60, path=lock, sleep=slept.append):
-                pass
-        assert not slept
-    finally:
-        os.close(fd)
 
 
 class _Gpus:

@@ -273,6 +273,9 @@ def test_the_timing_lock_held_by_the_submission_fails_at_once_instead_of_waiting
         with pytest.raises(gpu_share.LockedBySubmission, match="held by this process itself"):
             with gpu_share.timing_lock(wait_s=60, path=lock, sleep=slept.append):
                 pass
+        # Untimed work (compiling, correctness) is graded at once, without the lock; performance names the hold.
+        with gpu_share.untimed_work(wait_s=60, path=lock, sleep=slept.append) as held:
+            assert not held
         assert not slept  # nothing was waited for
     finally:
         os.close(fd)
