@@ -180,11 +180,11 @@ _profile: DeviceProfile | None = None
 
 
 def _measured_alone(path: Path, progress: bool, reuse: bool) -> DeviceProfile:
-    """measure(), holding the GPU's timing lock (measure/gpu_share.py): a profile measured beside another
-    grading's work is low, and every ceiling and floor read from it for as long as it is cached. A grading that
-    waited for the lock finds the profile another one just measured."""
+    """measure() and cache it at path, holding the GPU's timing lock (measure/gpu_share.py): a profile measured
+    beside another grading's work is low, and every ceiling and floor read from it for as long as it is cached.
+    A grading that waited for the lock finds the profile another one just measured and cached."""
     if gpu_share.holding():  # the grader's own hold: alone already when timing, and no better to be had otherwise
-        return measure(progress=progress)
+        return _cached(path, measure(progress=progress))
     try:
         with gpu_share.timing_lock() as held:
             if held and reuse and path.exists():
@@ -193,9 +193,18 @@ def _measured_alone(path: Path, progress: bool, reuse: bool) -> DeviceProfile:
                 except (ValueError, TypeError):
                     pass
             gpu_share.wait_until_free()  # and no other process computing there, as far as NVML can tell
-            return measure(progress=progress)
+            return _cached(path, measure(progress=progress))
     except gpu_share.LockedBySubmission:  # the performance criterion names it; the profile is measured all the same
-        return measure(progress=progress)
+        return _cached(path, measure(progress=progress))
+
+
+def _cached(path: Path, prof: DeviceProfile) -> DeviceProfile:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(prof), indent=1))
+    except OSError:
+        pass  # a read-only home still gets a profile, just not a cached one
+    return prof
 
 
 def profile(refresh: bool = False, progress: bool = True) -> DeviceProfile:
@@ -224,9 +233,4 @@ def profile(refresh: bool = False, progress: bool = True) -> DeviceProfile:
         except (ValueError, TypeError):
             pass  # an unreadable cache is measured again
     _profile = _measured_alone(path, progress, reuse=not refresh)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.asdict(_profile), indent=1))
-    except OSError:
-        pass  # a read-only home still gets a profile, just not a cached one
     return _profile

@@ -140,6 +140,7 @@ def test_the_device_profile_is_measured_holding_the_gpu_alone(tmp_path, monkeypa
     monkeypatch.setattr(device, "measure", measure)
     assert device._measured_alone(cache, progress=False, reuse=True) == _profile()
     assert seen == [True]
+    assert json.loads(cache.read_text())["name"] == "GPU"  # cached before the lock is let go
 
 
 def test_a_grading_that_waited_for_the_profile_reads_the_one_just_measured(tmp_path, monkeypatch):
