@@ -163,9 +163,10 @@ def wait_until_free(wait_s: float = WAIT_S, reader=None, sleep=time.sleep, since
     return state
 
 
-def _lock_key(uuid: str) -> str:
-    """A GPU's key in its lock files' names: its UUID as NVML and torch both give it (torch leaves out "GPU-")."""
-    return (uuid[4:] if uuid.startswith("GPU-") else uuid).replace("/", "-")
+def _lock_file(uuid: str) -> Path:
+    """A GPU's lock file, named after its UUID as NVML and torch both give it (torch leaves out "GPU-")."""
+    key = (uuid[4:] if uuid.startswith("GPU-") else uuid).replace("/", "-")
+    return Path(tempfile.gettempdir()) / f"fusion-course-timing-{key}.lock"
 
 
 def _lock_path() -> Path:
@@ -174,7 +175,7 @@ def _lock_path() -> Path:
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     key = str(getattr(props, "uuid", "") or f"{props.pci_domain_id}-{props.pci_bus_id}-{props.pci_device_id}")
-    return Path(tempfile.gettempdir()) / f"fusion-course-timing-{_lock_key(key)}.lock"
+    return _lock_file(key)
 
 
 def _turn_path(path: Path) -> Path:
@@ -198,7 +199,7 @@ def make_lock_files(nvml=None) -> list[Path]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
             uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            main = Path(tempfile.gettempdir()) / f"fusion-course-timing-{_lock_key(uuid)}.lock"
+            main = _lock_file(uuid)
             for path in (main, _turn_path(main)):
                 fd = _open(path)
                 if fd is not None:
