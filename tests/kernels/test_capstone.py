@@ -20,6 +20,20 @@ def _rel(a, b):
     return float((a.double() - b.double()).norm() / b.double().norm())
 
 
+def test_every_model_drawn_from_a_seed_is_the_same_and_its_own():
+    """The draw is kept for the next call (a grading starts a dozen models from a few draws): every call gets
+    tensors of its own with the same values, in its dtype, and a change to one reaches no other."""
+    first = dec.init_parameters(TINY, seed=5)
+    first["embed"].data.zero_()
+    again, half = dec.init_parameters(TINY, seed=5), dec.init_parameters(TINY, dtype=torch.float16, seed=5)
+    assert float(again["embed"].abs().sum()) > 0 and all(p.requires_grad and p.is_leaf for p in again.values())
+    assert all(torch.equal(half[n], again[n].half()) and half[n].dtype == torch.float16 for n in again)
+    assert not torch.equal(dec.init_parameters(TINY, seed=6)["embed"], again["embed"])
+    gen = torch.Generator().manual_seed(5)
+    assert torch.equal(again["embed"], torch.randn(TINY.vocab, TINY.dim, generator=gen) * 0.02)  # GPT-2's draw
+    assert torch.equal(again["norm"], torch.ones(TINY.dim))
+
+
 def test_the_corpus_is_the_standard_library_under_a_32k_vocabulary():
     corpus = load_corpus(32768)
     assert len(corpus.vocab) == 32768 and corpus.vocab[0] == "<unk>"
