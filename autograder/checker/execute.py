@@ -57,6 +57,7 @@ def main(argv: list[str]) -> int:
     registry.all_exercises()  # load the specs now, so that they are recorded
     integrity.protect()  # record the grader before any of the notebook's code runs
     real_check = autograder.check  # graded below through this reference, whatever the cells rebind
+    from autograder.check import compile_ahead  # the same
 
     namespace = {"__name__": "__main__", "__file__": str(nb_path)}
     cells_dir = Path(tempfile.mkdtemp(prefix="notebook-cells-"))
@@ -89,8 +90,15 @@ def main(argv: list[str]) -> int:
         plt.close("all")
 
     integrity.restore()  # the grader as recorded, whatever the cells did to it (check() names what they did)
+    exercises = [registry.get(i) for i in ids] if ids else registry.for_notebook(nb_path.stem)
+    defined = [(ex.id, namespace[ex.function], criteria) for ex in exercises if callable(namespace.get(ex.function))]
+    if len(defined) > 1 and autograder.runtime.has_gpu():  # a notebook's kernels compile side by side, not in turns
+        started = time.time()
+        print(f"[grade] compiling the kernels of {len(defined)} exercises side by side ...", flush=True)
+        submitted = compile_ahead(defined)
+        print(f"[grade] {submitted} compilations in {time.time() - started:.1f} s", flush=True)
     reports = []
-    for ex in [registry.get(i) for i in ids] if ids else registry.for_notebook(nb_path.stem):
+    for ex in exercises:
         chosen = [c for c in (criteria or ex.criteria) if c in ex.criteria]
         if not chosen:
             continue

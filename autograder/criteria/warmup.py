@@ -6,7 +6,11 @@ H100. Triton compiles outside the GIL, so calling the function on each case's in
 compiles side by side: 11 s for the same cases (triton 3.6). Each case is first called dry (criteria.dry_run:
 the kernels of one call compile beside each other, none runs), then for real from the pool. The results and
 errors of these calls are thrown away; the graded calls that follow, one at a time with every guard and hook in place, are the ones that count,
-and they find the compiled kernels in memory. On the CPU (Triton's interpreter) nothing is compiled: no warm-up.
+and they find the compiled kernels in memory. The benchmark sizes that fusion and performance call join the dry
+run (compiled beside the cases, run by those criteria alone), and the checker runs the dry calls of a notebook's
+exercises all in one (compile_side_by_side) before grading them one by one: a cold check of notebook 07 compiled
+for 44 s of its 115 on an H200 one exercise after another. On the CPU (Triton's interpreter) nothing is compiled:
+no warm-up.
 
 A kernel under @triton.autotune would pick its configurations while other calls share the GPU: every choice
 made during the warm-up is forgotten afterwards (the compiled configurations stay), so the graded calls, the
@@ -33,9 +37,10 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from autograder import config, runtime
-from autograder.criteria import dry_run, training
-from autograder.criteria.cases import case_inputs, graded_dtypes, precision_shapes, secret_shapes
+from autograder.criteria import dry_run, fusion, training
+from autograder.criteria.cases import case_inputs, gpu_case_inputs, graded_dtypes, precision_shapes, secret_shapes
 from autograder.guard.watch import Guarded
+from autograder.measure import capability
 from autograder.specs.exercise import KernelExercise, TrainingExercise
 
 
@@ -57,41 +62,71 @@ def compile_ahead(ex: KernelExercise, fn, criteria) -> tuple[int, list[str]]:
     """Call fn once on each case's inputs from a pool of threads. Returns how many calls were made, and the cases
     whose call broke the CUDA context (an access far out of bounds): every graded call after that fails alike,
     so the report names the case here instead."""
-    if not runtime.has_gpu() or not isinstance(ex, (KernelExercise, TrainingExercise)):
+    if not _warmed(ex):
         return 0, []
-    training_exercise = isinstance(ex, TrainingExercise)
-    todo = training.warm_cases(ex, criteria) if training_exercise else cases(ex, criteria)
+    todo = _cases_of(ex, criteria)
     broken: list[str] = []
-
-    def one(case):
-        shape, dtype = case
-        if training_exercise:
-            training.first_step(ex, fn, shape, dtype)
-            return
-        inputs = case_inputs(ex, shape, dtype, 0)
-        # Guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization.
-        fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
-        torch.cuda.synchronize()
 
     def call(case):
         try:
-            one(case)
+            _call(ex, fn, case)
         except Exception as exc:  # noqa: BLE001  the graded call of this case reports it
             shape, dtype = case
             if runtime.cuda_context_broken(exc):
-                broken.append(f"{'model' if training_exercise else 'shape'} {shape}, "
+                broken.append(f"{'model' if isinstance(ex, TrainingExercise) else 'shape'} {shape}, "
                               f"{str(dtype).removeprefix('torch.')}")
 
     tuners = autotuners(fn)
     chosen_before = {id(t): set(t.cache) for t in tuners}
     # First every case dry (each kernel of a call compiling beside the others, nothing run), then each for real.
-    dry_run.run_dry([functools.partial(one, case) for case in todo])
+    dry_run.run_dry(dry_calls(ex, fn, criteria))
     if len(todo) > 1:
         threads = min(dry_run.MAX_THREADS, os.cpu_count() or 1, len(todo))
         with ThreadPoolExecutor(threads, "fusion-course-warmup") as pool:
             list(pool.map(call, todo))
     _forget(tuners, chosen_before)
     return len(todo), sorted(broken)
+
+
+def compile_side_by_side(graded) -> int:
+    """The dry calls of several exercises, graded = [(exercise, fn, criteria), ...], in one dry run: the kernels
+    of a whole notebook compile beside each other instead of one exercise's after another's, and each exercise's
+    compile_ahead then finds them compiled. Returns how many compilations were submitted."""
+    return dry_run.run_dry([call for ex, fn, criteria in graded if _warmed(ex)
+                            for call in dry_calls(ex, fn, criteria)])
+
+
+def dry_calls(ex, fn, criteria) -> list:
+    """The calls a dry run makes for an exercise: each case compile_ahead calls for real, then, for a kernel
+    exercise, each benchmark size that fusion and performance call (its largest case shape is a case already):
+    compiled ahead, run by those criteria alone."""
+    calls = [functools.partial(_call, ex, fn, case) for case in _cases_of(ex, criteria)]
+    if isinstance(ex, KernelExercise) and {"fusion", "performance"} & set(criteria):
+        calls += [functools.partial(_call, ex, fn, (p.shape, p.dtype), True)
+                  for p in fusion.counting_points(ex, capability.current()) if p.benchmark]
+    return calls
+
+
+def _warmed(ex) -> bool:
+    return runtime.has_gpu() and isinstance(ex, (KernelExercise, TrainingExercise))
+
+
+def _cases_of(ex, criteria) -> list:
+    return training.warm_cases(ex, criteria) if isinstance(ex, TrainingExercise) else cases(ex, criteria)
+
+
+def _call(ex, fn, case, benchmark: bool = False) -> None:
+    """fn on one case's inputs (a training exercise: one forward and backward of its model); the result dropped."""
+    shape, dtype = case
+    if isinstance(ex, TrainingExercise):
+        training.first_step(ex, fn, shape, dtype)
+        return
+    if benchmark:  # drawn on the GPU and handed over as they are, as fusion and performance do
+        fn(*gpu_case_inputs(ex, shape, dtype, 0).values())
+    else:  # guard-padded copies, as the graded calls get: the same pointer alignment, so the same specialization
+        inputs = case_inputs(ex, shape, dtype, 0)
+        fn(*(Guarded.copy_of(v, k).tensor if isinstance(v, torch.Tensor) else v for k, v in inputs.items()))
+    torch.cuda.synchronize()
 
 
 def _forget(tuners: list, chosen_before: dict) -> None:

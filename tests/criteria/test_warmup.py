@@ -1,6 +1,9 @@
 """Compiling ahead: every small case of the criteria asked for, each once, called from a pool of threads on a
 GPU; nothing on the CPU; an error in a warm-up call is left to the graded call of that case."""
 
+import contextlib
+import dataclasses
+import sys
 import threading
 
 import pytest
@@ -11,6 +14,7 @@ from autograder import specs as registry
 from autograder.criteria import dry_run, warmup
 from autograder import config
 from autograder.criteria.cases import graded_dtypes, precision_shapes
+from autograder.measure import capability
 
 
 def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtype():
@@ -20,7 +24,7 @@ def test_the_cases_are_the_correctness_and_precision_shapes_once_per_graded_dtyp
     drawn = precision_shapes(ex, config.load().secret_seed)  # as the criteria draw them from the grading's seed
     shapes = list(dict.fromkeys(list(ex.shapes) + list(ex.extra_shapes) + list(drawn)))
     assert both == [(s, d) for s in shapes for d in graded_dtypes()]
-    assert len(warmup.cases(ex, ["performance"])) == 0  # the benchmark size compiles once, in its own criterion
+    assert len(warmup.cases(ex, ["performance"])) == 0  # the benchmark size is compiled by the dry run alone
     # Correctness's secret case grades every shape precision measures: precision adds nothing to compile.
     assert warmup.cases(ex, ["correctness"]) == both
     assert len(warmup.cases(ex, ["precision"])) < len(both)
@@ -66,6 +70,84 @@ def test_warm_up_calls_run_in_threads_and_their_errors_are_swallowed(monkeypatch
                                  if s.dims[-1] == 7 and d == torch.float16]
     assert all(name.startswith("fusion-course-warmup") for name, _, _ in seen)
     assert not [t for t in threading.enumerate() if t.name.startswith("fusion-course-warmup")]  # all joined
+
+
+H100 = capability.Capability("NVIDIA H100 80GB HBM3", 9, 0, 80 * 2**30, 79 * 2**30)
+
+
+def _fake_gpu(monkeypatch):
+    """A GPU as warmup sees one, on the CPU: benchmark inputs made as markers, not tensors of hundreds of MiB."""
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(runtime, "device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(capability, "current", lambda: H100)
+    monkeypatch.setattr(warmup, "gpu_case_inputs", lambda ex, shape, dtype, seed: {"at": ("benchmark", shape, dtype)})
+
+
+def test_the_benchmark_sizes_are_compiled_in_the_dry_run_and_never_run_by_the_warm_up(monkeypatch):
+    """Fusion and performance call a kernel at its benchmark size (a specialization no case has): that compile
+    joins the dry run, beside the cases'; only the cases are then called for real."""
+    _fake_gpu(monkeypatch)
+    ex = registry.get("02.rmsnorm")
+    dry = []
+    monkeypatch.setattr(dry_run, "run_dry", lambda calls: dry.extend(calls) or len(calls))
+    seen = []
+    warmup.compile_ahead(ex, lambda *a: seen.append(a[0]), ["correctness", "performance", "fusion"])
+    small = warmup.cases(ex, ["correctness"])
+    assert len(dry) == len(small) + 1 and len(seen) == len(small)  # the pool: the small cases alone
+    seen.clear()
+    dry[-1]()
+    assert seen == [("benchmark", ex.perf_shape, torch.bfloat16)]  # drawn as performance draws them
+    for only in (["performance"], ["fusion"]):
+        assert len(warmup.dry_calls(ex, lambda *a: None, only)) == 1
+    assert len(warmup.dry_calls(ex, lambda *a: None, ["correctness", "precision"])) == len(small)
+
+
+def test_a_notebooks_exercises_compile_side_by_side_in_one_dry_run(monkeypatch):
+    """The checker compiles every exercise's kernels in one dry run before grading them one by one: the
+    cases of all of them in one pool, exercises without kernels to compile left out."""
+    _fake_gpu(monkeypatch)
+    runs = []
+    monkeypatch.setattr(dry_run, "run_dry", lambda calls: runs.append(list(calls)) or len(calls))
+    graded = [(registry.get(i), lambda *a: None, registry.get(i).criteria)
+              for i in ("02.rmsnorm", "02.layernorm", "02.predict_rmsnorm_bytes")]
+    submitted = warmup.compile_side_by_side(graded)
+    want = sum(len(warmup.dry_calls(ex, fn, c)) for ex, fn, c in graded[:2])
+    assert len(runs) == 1 and submitted == len(runs[0]) == want > 2
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    assert warmup.compile_side_by_side(graded) == 0  # the interpreter compiles nothing ahead
+
+
+def test_compiling_a_notebook_ahead_never_fails_its_grading(monkeypatch):
+    """check.compile_ahead skips what check() would not grade (a wrong signature, another kind of GPU) and turns
+    any error into nothing compiled: each check() then compiles what it needs itself."""
+    check_module = sys.modules["autograder.check"]  # the package names its function check
+
+    monkeypatch.setattr(runtime, "has_gpu", lambda: True)
+    monkeypatch.setattr(check_module, "_untimed", contextlib.nullcontext)
+    handed = []
+    monkeypatch.setattr(warmup, "compile_side_by_side", lambda graded: handed.extend(graded) or 7)
+
+    def rmsnorm(x, w, eps):
+        return x
+
+    def layernorm(too, few):
+        return too
+
+    hopper = registry.get("08.flash_attention_ws")
+    monkeypatch.setattr(capability, "current", lambda: dataclasses.replace(H100, major=8))  # an A100's: no Hopper
+    assert hopper.hardware and capability.missing_hardware(hopper.hardware, capability.current())
+    got = check_module.compile_ahead([("02.rmsnorm", rmsnorm, ["correctness", "fusion"]),
+                                      ("02.layernorm", layernorm, None), (hopper.id, rmsnorm, None)])
+    assert got == 7 and [(ex.id, fn, c) for ex, fn, c in handed] == [("02.rmsnorm", rmsnorm, ["correctness", "fusion"])]
+
+    def broken(graded):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(warmup, "compile_side_by_side", broken)
+    assert check_module.compile_ahead([("02.rmsnorm", rmsnorm, None)]) == 0
+    monkeypatch.setattr(runtime, "has_gpu", lambda: False)
+    assert check_module.compile_ahead([("02.rmsnorm", rmsnorm, None)]) == 0
 
 
 def test_autotuning_choices_made_during_the_warm_up_are_forgotten(monkeypatch):
@@ -220,4 +302,43 @@ def test_after_the_warm_up_the_decoders_graded_steps_compile_nothing():
     finally:
         triton.knobs.runtime.jit_post_compile_hook = hook
     assert result.status == "passed", result.message
+    assert compiled == []
+
+
+def _fresh(name: str):
+    """A kernels/ module loaded again under a name of its own: its @triton.jit functions compiled nothing yet."""
+    import importlib.util
+
+    import kernels
+
+    spec = importlib.util.spec_from_file_location(f"_fresh_{name}", f"{kernels.__path__[0]}/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not runtime.has_gpu(), reason="needs a CUDA GPU")
+def test_after_a_notebook_is_compiled_ahead_its_graded_calls_compile_nothing():
+    """The checker compiles a notebook's kernels side by side, benchmark sizes included; each check() then warms
+    its own cases up, and fusion and correctness, at the benchmark size too, find every kernel compiled."""
+    import triton
+
+    from autograder.config import load
+    from autograder.criteria import correctness, fusion
+
+    check_module = sys.modules["autograder.check"]
+    fns = {"02.rmsnorm": _fresh("rmsnorm").rmsnorm, "02.layernorm": _fresh("layernorm").layernorm}
+    assert check_module.compile_ahead([(i, fn, None) for i, fn in fns.items()]) > 0
+    for i, fn in fns.items():
+        warmup.compile_ahead(registry.get(i), fn, ["correctness", "precision"])  # as check() does
+    compiled = []
+    hook = triton.knobs.runtime.jit_post_compile_hook
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, **k: compiled.append(a) or False
+    try:
+        results = [grade(registry.get(i), fn, load()) for i, fn in fns.items()
+                   for grade in (correctness.correctness, fusion.fusion)]
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = hook
+    assert all(r.status == "passed" for r in results), [r.message for r in results]
     assert compiled == []
