@@ -303,7 +303,7 @@ def main(argv=None) -> int:
         missing = [str(p) for p in args.merge if not p.is_file()]
         if missing:
             parser.error(f"--merge: no such file: {', '.join(missing)}")
-        merged = merge([load(p) for p in args.merge])
+        merged = merge([load(p) for p in args.merge], bar_now)
         path = save(merged, args.out / f"coldstart-{slug(merged['device']['name'])}.json")
         print(table(merged))
         print(f"saved {path}")

@@ -127,9 +127,10 @@ def table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def merge(parts: list[dict]) -> dict:
+def merge(parts: list[dict], bar_now=None) -> dict:
     """One device's result from several runs of it (each call of a time-limited machine gives one): the runs of
-    each exercise put together, rounds renumbered, every summary made again."""
+    each exercise put together, rounds renumbered, every summary made again (against today's bars where bar_now
+    gives them: see rescored)."""
     names = {part["device"]["name"] for part in parts}
     units = {part.get("unit", "notebook") for part in parts}
     if len(names) != 1 or len(units) != 1:
@@ -149,5 +150,7 @@ def merge(parts: list[dict]) -> dict:
     for row in rows.values():
         row["runs"].sort(key=lambda run: run["round"])
         row["summary"] = summarise(row["runs"])
+        if bar_now is not None:
+            row["summary"] = rescored(row, bar_now)
     return {**parts[-1], "runs": max(len(r["runs"]) for r in rows.values()), "merged_from": len(parts),
             "gpus": sorted({g for part in parts for g in part["gpus"]}), "rows": list(rows.values())}

@@ -93,6 +93,22 @@ def test_merge_puts_the_runs_of_several_calls_together():
         coldstart_summary.merge([one, {**two, "per_gpu": 2}])
 
 
+def test_a_merge_scores_every_run_against_the_bars_of_today():
+    """A run measured when its bar was higher (and failed it) reads against today's bar after a merge, as the
+    benchmark page reads it: the merged table printed NOT OK for bars lowered since."""
+    part = lambda fracs: _result(coldstart_summary.rows_of(_notebook_result("02_vertical_fusion", 2, fracs), True))
+    old, new = part([0.79, 0.97]), part([0.96, 0.98])
+    old_row = next(r for r in old["rows"] if r["exercise"] == "02.rmsnorm")
+    old_row["runs"][0].update(status="failed", failed=["performance: 0.79 of the copy bandwidth; needs 0.80"])
+    bar_now = lambda exercise, name, then: 0.6 if name == "fraction_of_peak" else then
+    row = next(r for r in coldstart_summary.merge([old, new], bar_now)["rows"] if r["exercise"] == "02.rmsnorm")
+    s = row["summary"]
+    assert s["bars"]["fraction_of_peak"]["bar"] == 0.6 and s["passed"] == s["runs"] == 4 and s["ok"]
+    assert "NOT OK" not in coldstart_summary.table({**new, "rows": [row]})
+    unchanged = next(r for r in coldstart_summary.merge([old, new])["rows"] if r["exercise"] == "02.rmsnorm")
+    assert not unchanged["summary"]["ok"]  # without today's bars: the bar of the first run's day
+
+
 def test_the_child_prints_one_result_line_on_the_cpu():
     """A cold run's process reports what it graded (on a CPU: performance not measured, said so)."""
     index = next(i for i, (ex_id, _, _) in enumerate(coldstart.solutions()) if ex_id == "01.fused_chain")
