@@ -31,6 +31,12 @@ could not read the cell, and the checker would have to imitate IPython; an `if` 
 demonstration would indent every line the student reads; nbclient's skip-execution tag works under nbgrader
 only, prints nothing, and is not restored.
 
+A try cell (`check("02.rmsnorm", rmsnorm)` alone, marked as a demonstration) shows a student every criterion at
+once before the graded cells check them one by one. Under nbgrader's autograde (NBGRADER_EXECUTION=autograde,
+which nbgrader itself sets) it is skipped even without the switch: the graded cells after it do the same work,
+and a plain `nbgrader autograde` did it twice (in the interpreter, notebook 05's try cell of the linear
+cross-entropy alone took 23 s). Its line says so (TRY_SKIPPED).
+
 FUSION_COURSE_RUN_DEMOS=1 runs the demonstrations under the grader's switch anyway, sized down as the switch
 sizes them (runtime.demo_points): what grading cost before they were skipped (bench.grading's "small"
 mode), and a way to see a demonstration fail as the grader would run it.
@@ -46,6 +52,10 @@ from autograder import runtime
 MARKER = "# demonstration (not graded; the grader skips this cell)"
 DEMONSTRATION_SKIPPED = "Demonstration skipped while grading: it measures and plots for the reader, and is not graded."
 RUN_DEMOS_ENV = "FUSION_COURSE_RUN_DEMOS"
+# nbgrader's own variable: "autograde" while it grades a submission, "validate" while it validates one.
+NBGRADER_EXECUTION = "NBGRADER_EXECUTION"
+TRY_SKIPPED = "Try cell skipped while nbgrader grades: the graded cells below run the same check."
+_TRY = re.compile(r"""check\(\s*["'][\w.\-]+["']\s*,\s*\w+\s*\)""")
 
 # "# demonstration" at the start of the first line that is not blank, then its end or the rest of the sentence.
 _MARKED = re.compile(r"# demonstration(?:$|[\s:(])")
@@ -61,14 +71,29 @@ def is_demonstration(source: str) -> bool:
 
 def skipped_here() -> bool:
     """True where demonstrations are skipped: the grader's switch is on, and FUSION_COURSE_RUN_DEMOS is not."""
-    return runtime.small_demos() and os.environ.get(RUN_DEMOS_ENV, "") in ("", "0")
+    return runtime.small_demos() and not _forced()
+
+
+def is_try(source: str) -> bool:
+    """True for a try cell: a demonstration whose one statement checks an exercise on every criterion,
+    `check("02.rmsnorm", rmsnorm)`, as the graded cells after it do one criterion at a time."""
+    code = [line for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return is_demonstration(source) and len(code) == 1 and bool(_TRY.fullmatch(code[0].strip()))
 
 
 def as_run(source: str) -> str:
     """The code a cell runs: the one line a skipped demonstration prints, or the cell itself (the same object)."""
-    if skipped_here() and is_demonstration(source):
+    if not is_demonstration(source):
+        return source
+    if skipped_here():
         return f"print({DEMONSTRATION_SKIPPED!r})\n"
+    if os.environ.get(NBGRADER_EXECUTION) == "autograde" and not _forced() and is_try(source):
+        return f"print({TRY_SKIPPED!r})\n"
     return source
+
+
+def _forced() -> bool:
+    return os.environ.get(RUN_DEMOS_ENV, "") not in ("", "0")
 
 
 def _skip_demonstrations(lines: list[str]) -> list[str]:

@@ -51,6 +51,45 @@ def test_a_demonstration_is_one_line_under_the_switch_only(monkeypatch):
     assert demonstrations.as_run(DEMO) is DEMO
 
 
+def test_a_try_cell_is_skipped_while_nbgrader_grades_the_cells_after_it(monkeypatch):
+    """A try cell checks every criterion the graded cells after it check one by one: under nbgrader's autograde
+    it prints one line instead, even without the grader's switch. Validation, a student's kernel and every
+    other demonstration run it in full; so does FUSION_COURSE_RUN_DEMOS."""
+    try_cell = demonstrations.MARKER + '\ncheck("02.rmsnorm", rmsnorm)\n'
+    monkeypatch.delenv(demonstrations.RUN_DEMOS_ENV, raising=False)
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "0")
+    assert demonstrations.is_try(try_cell) and not demonstrations.is_try(DEMO)
+    assert not demonstrations.is_try('check("02.rmsnorm", rmsnorm)')  # unmarked: a cell of the student's
+    assert not demonstrations.is_try(demonstrations.MARKER + '\nr = check("02.rmsnorm", rmsnorm)\nprint(r)')
+    assert not demonstrations.is_try(demonstrations.MARKER + '\ncheck("02.rmsnorm", rmsnorm, criteria=["fusion"])')
+    for execution, skipped in ((None, False), ("validate", False), ("autograde", True)):
+        if execution:
+            monkeypatch.setenv(demonstrations.NBGRADER_EXECUTION, execution)
+        want = f"print({demonstrations.TRY_SKIPPED!r})\n" if skipped else try_cell
+        assert demonstrations.as_run(try_cell) == want, execution
+        assert demonstrations.as_run(DEMO) is DEMO  # another demonstration runs: a reader's plot, in full
+    monkeypatch.setenv(demonstrations.RUN_DEMOS_ENV, "1")
+    assert demonstrations.as_run(try_cell) is try_cell
+    monkeypatch.setenv(runtime.SMALL_DEMOS_ENV, "1")
+    monkeypatch.delenv(demonstrations.RUN_DEMOS_ENV)
+    assert demonstrations.as_run(try_cell) == f"print({demonstrations.DEMONSTRATION_SKIPPED!r})\n"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_every_try_cell_is_a_check_of_an_exercise_its_graded_cells_check(name):
+    """The cells recognised as try cells are the notebook's `-try` cells that check, and each checks an exercise
+    whose graded cells follow it: skipping one under autograde loses no grading."""
+    nb = nbformat.read(build.ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code):
+        if not demonstrations.is_try(cell.source):
+            continue
+        assert cell.metadata["nbgrader"]["grade_id"].endswith("-try")
+        exercise = cell.source.split('"')[1]
+        graded_after = [c for c in code[i + 1:] if c.metadata.get("nbgrader", {}).get("grade")]
+        assert any(f'check("{exercise}"' in c.source for c in graded_after), (name, exercise)
+
+
 def test_an_ipython_kernel_skips_demonstrations_under_the_switch(monkeypatch, capsys):
     pytest.importorskip("IPython")  # a GPU machine may have no Jupyter: the checker's route is tested below
     from IPython.core.interactiveshell import InteractiveShell

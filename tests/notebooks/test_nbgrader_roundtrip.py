@@ -200,7 +200,8 @@ def _round_trip(work, name):
     _submit(work, "bob", name, {})
     _submit(work, "carol", name, CAROL[name])
     # alice's notebook runs whole, demonstrations included, as a student's Run All does on a laptop: the one
-    # place the suite runs every demonstration in Triton's interpreter. bob and carol are graded as grade-class
+    # place the suite runs every demonstration in Triton's interpreter (but the try cells, which autograde skips:
+    # the graded cells after each check the same). bob and carol are graded as grade-class
     # grades a class, with the demonstrations skipped (their plots are for the reader, and no graded cell needs
     # them): the same grades, without running the demonstrations two more times.
     r = _nbgrader(work, "autograde", name, "--force", "--student=alice")
@@ -296,7 +297,9 @@ def test_feedback_shows_every_diagram_inline_with_its_alt_text(root, graded, nam
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_alice_runs_every_demonstration_and_the_others_skip_them(graded, name):
-    from autograder.demonstrations import DEMONSTRATION_SKIPPED, is_demonstration
+    """alice runs every demonstration but the try cells, which autograde skips (the graded cells after each do
+    its work); bob and carol, under the grader's switch, skip them all."""
+    from autograder.demonstrations import DEMONSTRATION_SKIPPED, TRY_SKIPPED, is_demonstration, is_try
 
     work, _ = graded
 
@@ -304,10 +307,12 @@ def test_alice_runs_every_demonstration_and_the_others_skip_them(graded, name):
         nb = nbformat.read(work / "autograded" / student / name / f"{name}.ipynb", as_version=4)
         return [c for c in nb.cells if c.cell_type == "code" and is_demonstration(c.source)]
 
-    def skipped(cell):
-        return any(DEMONSTRATION_SKIPPED in o.get("text", "") for o in cell.get("outputs", []))
+    def said(cell, line):
+        return any(line in o.get("text", "") for o in cell.get("outputs", []))
 
-    assert demonstrations("alice"), f"{name} has no demonstration cell"
-    assert not any(skipped(c) for c in demonstrations("alice"))
+    alice = demonstrations("alice")
+    assert [c for c in alice if not is_try(c.source)], f"{name} has no demonstration cell but try cells"
+    assert not any(said(c, DEMONSTRATION_SKIPPED) for c in alice)
+    assert all(said(c, TRY_SKIPPED) == is_try(c.source) for c in alice)
     for student in ("bob", "carol"):
-        assert all(skipped(c) for c in demonstrations(student)), student
+        assert all(said(c, DEMONSTRATION_SKIPPED) for c in demonstrations(student)), student
