@@ -141,7 +141,8 @@ def _cold(row: dict) -> str:
         return f"{s['passed']}/{s['runs']} NOT OK"
     margin = min(b["margin"] for b in s["bars"].values())
     spread = max(b["spread"] for b in s["bars"].values())
-    flag = ("" if s["ok"] else " NOT OK") + (" (spread)" if spread > coldstart.MAX_SPREAD else "")
+    wide = [name for name, b in s["bars"].items() if b["spread"] > coldstart.MAX_SPREAD]
+    flag = ("" if s["ok"] else " NOT OK") + (f" (spread of {', '.join(wide)})" if wide else "")
     return f"{s['passed']}/{s['runs']}, {margin:.2f}x, spread {spread:.2f}" + flag
 
 
@@ -161,7 +162,8 @@ def headroom_section(shown: dict) -> list[str]:
              "check. A cell: the runs that passed, of all, and the worst run's margin over the nearer of its two bars "
              f"(1.00x: on the bar); cold, scored against today's bars, with the largest spread (max / min over the "
              f"runs) of its figures. A solution should clear its bars by {headroom.HEADROOM:.2f}x warm and "
-             f"{coldstart.MARGIN:.2f}x cold, with a spread under {coldstart.MAX_SPREAD:.2f}.", ""]
+             f"{coldstart.MARGIN:.2f}x cold, with a spread under {coldstart.MAX_SPREAD:.2f} (a wider one names its "
+             "figure).", ""]
     lines += cross_table(["exercise"], columns, lambda item: _warm(item[1]) if item[0] == "warm" else _cold(item[1]))
     passing = [f"{r['exercise']} ({r['what']}) on {d}" for d, (_, run) in warm.items() for r in run["rows"]
                if r.get("role") == "naive" and r["summary"]["passed"]]
