@@ -44,7 +44,7 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
                 raise ValueError(f"unknown criterion {c!r}; the criteria are {', '.join(CRITERIA)}")
             if c not in ex.criteria:
                 raise ValueError(f"{ex.id} is not graded on {c!r}; it is graded on {', '.join(ex.criteria)}")
-    elsewhere = capability.missing_hardware(ex.hardware, capability.current()) if ex.hardware else None
+    elsewhere = _elsewhere(ex)
     if elsewhere:  # an exercise bound to a kind of GPU: skipped with the reason, never failed for the hardware
         return Report(ex.id, [CriterionResult(c, SKIPPED, elsewhere, {"hardware": ex.hardware}) for c in chosen])
     cfg = _settings()
@@ -55,9 +55,8 @@ def check(exercise_id: str, fn, *, criteria=None) -> Report:
     if not problem:
         broken = []
         try:
-            with _untimed(), quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit), \
-                    like_gpu.strict():
-                _, broken = warmup.compile_ahead(ex, fn, chosen)  # the graded calls print it again
+            with _compiling(limit):
+                _, broken = warmup.compile_ahead(ex, fn, chosen)
         except deadline.CriterionTimeout:
             notes.append(f"the first calls of {ex.function} (compiling ahead) took more than {limit:.0f} s")
         notes += [f"{ex.function} broke the GPU's CUDA context on its first call at {case} (an access far out of "
@@ -86,12 +85,10 @@ def compile_ahead(graded) -> int:
     chosen = []
     for exercise_id, fn, criteria in graded:
         ex = registry.get(exercise_id)
-        elsewhere = capability.missing_hardware(ex.hardware, capability.current()) if ex.hardware else None
-        if not elsewhere and not check_callable(ex, fn):
+        if not _elsewhere(ex) and not check_callable(ex, fn):
             chosen.append((ex, fn, [c for c in (criteria or ex.criteria) if c in ex.criteria]))
     try:
-        with _untimed(), quiet(), contextlib.redirect_stdout(io.StringIO()), \
-                deadline.time_limit(deadline.limit_s(_settings())), like_gpu.strict():
+        with _compiling(deadline.limit_s(_settings())):
             return warmup.compile_side_by_side(chosen)
     except Exception:  # noqa: BLE001  a timeout too: each check() compiles ahead again and reports it
         return 0
@@ -117,6 +114,20 @@ def _grade(ex, fn, cfg, kind, name: str, limit: float) -> CriterionResult:
     if noise:
         result.message += "\n(captured while grading, kept off stderr:)\n" + "\n".join(noise)[-2000:]
     return result
+
+
+def _elsewhere(ex) -> str | None:
+    """Why an exercise bound to a kind of GPU is not graded here; None where it is."""
+    return capability.missing_hardware(ex.hardware, capability.current()) if ex.hardware else None
+
+
+@contextlib.contextmanager
+def _compiling(limit: float):
+    """Where a submission's kernels are compiled ahead: the GPU's lock held shared, within the time limit, under the
+    GPU's rules, its output dropped (the graded calls print it again)."""
+    with _untimed(), quiet(), contextlib.redirect_stdout(io.StringIO()), deadline.time_limit(limit), \
+            like_gpu.strict():
+        yield
 
 
 def _untimed():
